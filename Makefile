@@ -1,0 +1,41 @@
+# serverless-karpenter: `make demo` runs the local simulation, `make test` runs every test.
+SHELL := /bin/bash
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+PYTEST_WORKERS ?= 2
+
+.PHONY: install demo test lint typecheck unit clean
+.DEFAULT_GOAL := demo
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/serverless-karpenter simulate --scenario default --json
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy layers/core/python/serverless_karpenter simulator/serverless_karpenter_sim cli/serverless_karpenter_cli functions infra app.py
+
+# pytest exits 5 when it collected no test; like every other non-zero exit, that fails the target.
+test: lint typecheck
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --timeout 600 tests
+
+unit: $(STAMP)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) tests/unit
+
+clean:
+	rm -rf cdk.out .serverless-karpenter .pytest_cache .mypy_cache .ruff_cache
+
+-include Makefile.infra

@@ -1,0 +1,88 @@
+"""`serverless-karpenter simulate`: the local end-to-end run, with progress and a report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from rich.console import Console
+from rich.table import Table
+from serverless_karpenter_sim.scenario import ScenarioError, load_scenario
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    try:
+        scenario = load_scenario(args.scenario)
+    except ScenarioError as error:
+        err.print(f"[red]error:[/red] {error}", soft_wrap=True, highlight=False)
+        return 2
+    # Imported here so that `--help` and scenario errors stay fast.
+    from serverless_karpenter_sim.simulation import Simulation, log_path
+
+    path = log_path(scenario.name)
+    started = time.monotonic()
+    with (
+        path.open("w") as log,
+        err.status(f"simulating {scenario.name!r}: starting moto and the cluster...") as status,
+    ):
+
+        def progress(sim: Simulation) -> None:
+            if int(sim.elapsed) % 5:
+                return
+            pods = [
+                p
+                for p in sim.kube.list_pods()
+                if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+            ]
+            running = sum(1 for p in pods if p.get("status", {}).get("phase") == "Running")
+            status.update(
+                f"simulating {scenario.name!r}: t={sim.elapsed:.0f}s  pods {running}/{len(pods)} Running  "
+                f"nodeclaims {len(sim.launch_order)}"
+            )
+
+        simulation = Simulation(scenario, log=log, on_tick=progress)
+        try:
+            simulation.start()
+            report = simulation.run()
+        except Exception as error:  # the report says what failed; the log has the detail
+            err.print(
+                f"[red]simulation failed:[/red] {type(error).__name__}: {error} (Lambda logs: {path})",
+                highlight=False,
+            )
+            return 1
+        finally:
+            simulation.stop()
+    out = Console()
+    wall = time.monotonic() - started
+    table = Table(
+        title=f"scenario {scenario.name}: {report.virtual_seconds:.0f} virtual seconds in {wall:.0f}s"
+    )
+    for column in ("nodeclaim", "nodepool", "instance type", "zone", "capacity", "state", "node"):
+        table.add_column(column)
+    for claim in report.nodeclaims:
+        table.add_row(
+            claim["name"],
+            claim["nodepool"],
+            claim["instance_type"] or "-",
+            claim["zone"] or "-",
+            claim["capacity_type"] or "-",
+            claim["state"],
+            claim["node"] or "-",
+        )
+    out.print(table)
+    pods = report.pods
+    out.print(
+        f"pods: {pods['running']}/{pods['total']} Running, {pods['pending']} pending   "
+        f"instances: {report.instances['running']} running, {report.instances['terminated']} terminated   "
+        f"cost: ${report.cost_per_hour:.4f}/h   interruption messages handled: {report.events_handled}   "
+        f"DLQ: {report.dlq_messages}",
+        highlight=False,
+    )
+    out.print(f"Lambda logs and metrics: {path}", highlight=False)
+    if args.json:
+        sys.stdout.flush()
+        print(json.dumps(report.to_json(), default=str))
+    return 0

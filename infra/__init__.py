@@ -1,0 +1,1 @@
+"""CDK constructs for serverless-karpenter: one per concern, assembled by one stack per cluster."""

@@ -1,0 +1,46 @@
+"""Cluster access through EKS access entries (the cluster's authentication mode must include API).
+
+The functions' roles map to one Kubernetes group, bound by deploy/rbac.yaml to a ClusterRole with only
+the verbs the Kubernetes gateway uses. The node role gets an EC2_LINUX entry so that nodes can join.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import aws_eks as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+# Must match the subject of the ClusterRoleBinding in deploy/rbac.yaml (a test checks it).
+KUBERNETES_GROUP = "serverless-karpenter"
+
+
+class ClusterAccess(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        function_roles: dict[str, iam.IRole],
+        node_role: iam.IRole | None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.function_entries: dict[str, eks.CfnAccessEntry] = {}
+        for name, role in function_roles.items():
+            self.function_entries[name] = eks.CfnAccessEntry(
+                self,
+                f"{name.capitalize()}AccessEntry",
+                cluster_name=cluster_name,
+                principal_arn=role.role_arn,
+                type="STANDARD",
+                kubernetes_groups=[KUBERNETES_GROUP],
+            )
+        self.node_entry: eks.CfnAccessEntry | None = None
+        if node_role is not None:
+            self.node_entry = eks.CfnAccessEntry(
+                self,
+                "NodeAccessEntry",
+                cluster_name=cluster_name,
+                principal_arn=node_role.role_arn,
+                type="EC2_LINUX",
+            )

@@ -1,0 +1,214 @@
+"""The five Lambda functions, their roles, log groups, schedules and SQS event sources, and the
+termination-work queue.
+
+Sizes and timeouts are in :data:`FUNCTION_SPECS`; memory can be overridden per cluster from the context
+(``<name>MemoryMb``). Environment variable names come from :class:`serverless_karpenter.config.Settings`,
+so a renamed setting fails the synth instead of a Lambda at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aws_cdk import Duration
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+from serverless_karpenter.config import Settings
+from serverless_karpenter.observability import NAMESPACE, SERVICE
+
+from infra.config import ClusterConfig
+from infra.iam import FUNCTION_CAPABILITIES, ControllerPermissions
+from infra.layers import ARCHITECTURE, BYTECODE_EXCLUDES, RUNTIME, Layers
+from infra.paths import FUNCTIONS_DIR
+
+HANDLER = "handler.lambda_handler"
+SCHEDULE = events.Schedule.rate(Duration.minutes(1))
+# AWS's guidance for SQS event sources: visibility >= 6 x the function timeout, so that messages held
+# while the function is throttled are not redelivered (and counted towards the DLQ) too early.
+VISIBILITY_TIMEOUT_FACTOR = 6
+SQS_BATCH_SIZE = 10
+# Every scheduled or watcher-triggered run is superseded by the next one a minute later: an event that
+# waited longer than that (throttled behind the single running instance) is dropped, not replayed.
+ASYNC_MAX_EVENT_AGE = Duration.seconds(60)
+INTERRUPTION_MAX_RECEIVE_COUNT = 2
+# Redeliveries while the termination function (concurrency 1) is busy also count as receives.
+TERMINATION_MAX_RECEIVE_COUNT = 10
+TERMINATION_QUEUE_RETENTION = Duration.days(4)
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    description: str
+    memory_mb: int
+    timeout: Duration
+    reserved_concurrency: int | None
+    scheduled: bool
+
+
+FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
+    FunctionSpec("watcher", "Polls for provisionable pods and wakes the provisioner", 256, Duration.seconds(90), 1, True),
+    # Concurrency 1 together with the DynamoDB lease makes it the single writer of capacity decisions.
+    FunctionSpec("provisioner", "Solves, launches and reconciles NodeClaims", 1024, Duration.seconds(300), 1, True),
+    # 20 s, not 60 s: the queue keeps messages 300 s (Karpenter's value), and with 6 x timeout visibility
+    # a failed message must still be retried once and then reach the DLQ inside those 300 s (2 x 120 s).
+    FunctionSpec("interruption", "Acts on EC2 interruption events", 512, Duration.seconds(20), None, False),
+    FunctionSpec("disruption", "Emptiness, expiration, drift and consolidation", 1024, Duration.seconds(300), 1, True),
+    FunctionSpec("termination", "Drains nodes and terminates their instances", 512, Duration.seconds(300), 1, True),
+)
+SPECS_BY_NAME: dict[str, FunctionSpec] = {spec.name: spec for spec in FUNCTION_SPECS}
+
+
+def setting_env(field: str) -> str:
+    """The environment variable a :class:`Settings` field is read from."""
+    if field not in Settings.model_fields:
+        raise KeyError(f"Settings has no field {field!r}: the stack and serverless_karpenter.config disagree")
+    return field.upper()
+
+
+def queue_visibility(spec: FunctionSpec) -> Duration:
+    return Duration.seconds(int(spec.timeout.to_seconds()) * VISIBILITY_TIMEOUT_FACTOR)
+
+
+def construct_name(function_name: str) -> str:
+    return function_name.capitalize()
+
+
+class TerminationWorkQueue(Construct):
+    """Drains in progress: the termination function re-queues itself with delayed messages."""
+
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetterQueue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+        )
+        self.queue = sqs.Queue(
+            self,
+            "Queue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=TERMINATION_QUEUE_RETENTION,
+            visibility_timeout=queue_visibility(SPECS_BY_NAME["termination"]),
+            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=TERMINATION_MAX_RECEIVE_COUNT),
+        )
+
+
+class ControlPlaneFunctions(Construct):
+    """Layers, one role and one log group per function, the functions, and what triggers them."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: ClusterConfig,
+        permissions: ControllerPermissions,
+        state_table_name: str,
+        interruption_queue: sqs.IQueue,
+        interruption_dead_letter_queue: sqs.IQueue,
+        termination_queue: sqs.IQueue,
+        node_role_name: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.layers = Layers(self, "Layers")
+        self.functions: dict[str, lambda_.Function] = {}
+        self.roles: dict[str, iam.Role] = {}
+        self.log_groups: dict[str, logs.LogGroup] = {}
+
+        common_env = {
+            setting_env("cluster_name"): config.cluster_name,
+            setting_env("state_table_name"): state_table_name,
+            setting_env("interruption_queue_url"): interruption_queue.queue_url,
+            setting_env("interruption_dlq_url"): interruption_dead_letter_queue.queue_url,
+            setting_env("node_role_name"): node_role_name,
+            setting_env("interruption_rebalance"): config.interruption_rebalance,
+            # Not a Settings field (yet): where drains are queued (termination_queue_url).
+            "TERMINATION_QUEUE_URL": termination_queue.queue_url,
+            "POWERTOOLS_SERVICE_NAME": SERVICE,
+            "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE,
+            "LOG_LEVEL": config.log_level,
+        }
+
+        # The provisioner first: the watcher's environment and policy refer to it.
+        for spec in sorted(FUNCTION_SPECS, key=lambda s: s.name != "provisioner"):
+            env = dict(common_env)
+            if spec.name == "watcher":
+                env[setting_env("provisioner_function_name")] = self.functions["provisioner"].function_name
+            self._add_function(spec, config, env)
+            if spec.name == "provisioner":
+                permissions.set_provisioner(self.functions["provisioner"])
+
+        for name, role in self.roles.items():
+            for capability in sorted(FUNCTION_CAPABILITIES[name]):
+                for statement in permissions.statements(capability):
+                    role.add_to_principal_policy(statement)
+
+        for spec in FUNCTION_SPECS:
+            function = self.functions[spec.name]
+            if spec.scheduled:
+                # A failed run is not retried: the next scheduled run (or watcher batch) redoes the work.
+                function.configure_async_invoke(max_event_age=ASYNC_MAX_EVENT_AGE, retry_attempts=0)
+                events.Rule(
+                    self,
+                    f"{construct_name(spec.name)}Schedule",
+                    description=f"serverless-karpenter {config.cluster_name}: run the {spec.name} every minute",
+                    schedule=SCHEDULE,
+                    targets=[targets.LambdaFunction(function, retry_attempts=0, max_event_age=ASYNC_MAX_EVENT_AGE)],
+                )
+
+        self.functions["interruption"].add_event_source(
+            event_sources.SqsEventSource(interruption_queue, batch_size=SQS_BATCH_SIZE, report_batch_item_failures=True)
+        )
+        self.functions["termination"].add_event_source(
+            event_sources.SqsEventSource(termination_queue, batch_size=SQS_BATCH_SIZE, report_batch_item_failures=True)
+        )
+
+    def _add_function(self, spec: FunctionSpec, config: ClusterConfig, environment: Mapping[str, str]) -> None:
+        name = construct_name(spec.name)
+        role = iam.Role(
+            self,
+            f"{name}Role",
+            description=f"serverless-karpenter {spec.name} function ({config.cluster_name})",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+        )
+        log_group = logs.LogGroup(self, f"{name}Logs")
+        # Validated against CloudWatch's allowed periods in infra.config; set on the L1 because the L2
+        # only takes the RetentionDays enum.
+        cfn_log_group = log_group.node.default_child
+        assert isinstance(cfn_log_group, logs.CfnLogGroup)
+        cfn_log_group.retention_in_days = config.log_retention_days
+        log_group.grant_write(role)
+
+        function = lambda_.Function(
+            self,
+            name,
+            description=f"serverless-karpenter {config.cluster_name}: {spec.description}",
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            handler=HANDLER,
+            code=lambda_.Code.from_asset(str(FUNCTIONS_DIR / spec.name), exclude=BYTECODE_EXCLUDES),
+            layers=self.layers.all,
+            memory_size=config.memory_overrides_mb.get(spec.name, spec.memory_mb),
+            timeout=spec.timeout,
+            reserved_concurrent_executions=spec.reserved_concurrency,
+            environment=dict(environment),
+            role=role,
+            log_group=log_group,
+            tracing=lambda_.Tracing.ACTIVE,
+            # The termination function feeds its own queue with delayed messages on purpose.
+            recursive_loop=lambda_.RecursiveLoop.ALLOW if spec.name == "termination" else lambda_.RecursiveLoop.TERMINATE,
+        )
+        self.functions[spec.name] = function
+        self.roles[spec.name] = role
+        self.log_groups[spec.name] = log_group

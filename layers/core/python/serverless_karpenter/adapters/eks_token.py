@@ -1,0 +1,69 @@
+"""EKS bearer tokens: a presigned STS GetCallerIdentity URL naming the cluster (aws-iam-authenticator).
+
+Presigning is local (no call to STS), so it works in the simulator with dummy credentials, and a
+token is good for 15 minutes; :class:`TokenSource` refreshes it a minute before that.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import boto3
+from botocore.model import ServiceId
+from botocore.signers import RequestSigner
+
+TOKEN_PREFIX = "k8s-aws-v1."
+CLUSTER_ID_HEADER = "x-k8s-aws-id"
+PRESIGN_SECONDS = 60
+TOKEN_LIFETIME = timedelta(minutes=15)
+REFRESH_BEFORE = timedelta(minutes=1)
+
+
+def presigned_token(cluster_name: str, region: str, session: boto3.session.Session | None = None) -> str:
+    session = session or boto3.session.Session(region_name=region)
+    credentials = session.get_credentials()
+    if credentials is None:
+        raise RuntimeError("no AWS credentials to sign the EKS token with")
+    signer = RequestSigner(ServiceId("sts"), region, "sts", "v4", credentials, session.events)
+    request = {
+        "method": "GET",
+        "url": f"https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15",
+        "body": {},
+        "headers": {CLUSTER_ID_HEADER: cluster_name},
+        "context": {},
+    }
+    url = signer.generate_presigned_url(
+        request, region_name=region, expires_in=PRESIGN_SECONDS, operation_name=""
+    )
+    encoded = base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+    return TOKEN_PREFIX + encoded
+
+
+def decode_token(token: str) -> str:
+    """The presigned URL inside a token (for tests and `doctor`)."""
+    if not token.startswith(TOKEN_PREFIX):
+        raise ValueError(f"not an EKS token: missing {TOKEN_PREFIX!r}")
+    body = token[len(TOKEN_PREFIX) :]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
+
+
+class TokenSource:
+    def __init__(self, cluster_name: str, region: str, now: Callable[[], datetime]) -> None:
+        self._cluster = cluster_name
+        self._region = region
+        self._now = now
+        self._token: str | None = None
+        self._issued: datetime | None = None
+
+    def token(self) -> str:
+        now = self._now()
+        if (
+            self._token is None
+            or self._issued is None
+            or now >= self._issued + TOKEN_LIFETIME - REFRESH_BEFORE
+        ):
+            self._token = presigned_token(self._cluster, self._region)
+            self._issued = now
+        return self._token

@@ -1,0 +1,242 @@
+"""The Kubernetes gateway: the only place the control plane talks to the API server.
+
+Objects cross this boundary as plain JSON dicts (``_preload_content=False``): the pure core reads the
+same shapes a user writes, and we skip the client's slow model deserialisation on large lists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from serverless_karpenter.clock import Clock, to_rfc3339
+
+JSON = dict[str, Any]
+PAGE_SIZE = 500
+
+KARPENTER_GROUP = "karpenter.sh"
+KARPENTER_AWS_GROUP = "karpenter.k8s.aws"
+
+
+class KubernetesError(Exception):
+    """A failed API call. ``transient`` ones (5xx, 429, timeouts) are worth retrying later."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def transient(self) -> bool:
+        return self.status is None or self.status >= 500 or self.status == 429
+
+
+class EvictionResult:
+    EVICTED = "evicted"
+    BLOCKED = "blocked"  # a PDB said no (429)
+    GONE = "gone"
+
+
+def configuration(
+    host: str, token: Callable[[], str], verify_tls: bool = True, ca_file: str | None = None
+) -> k8s.Configuration:
+    cfg = k8s.Configuration()
+    cfg.host = host.rstrip("/")
+    cfg.verify_ssl = verify_tls
+    if ca_file:
+        cfg.ssl_ca_cert = ca_file
+    cfg.api_key_prefix["authorization"] = "Bearer"
+    cfg.api_key["authorization"] = token()
+
+    def refresh(c: k8s.Configuration) -> None:
+        c.api_key["authorization"] = token()
+
+    cfg.refresh_api_key_hook = refresh
+    cfg.retries = False  # our callers decide what to retry; urllib3 retries would hide faults
+    return cfg
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    try:
+        response = fn(*args, _preload_content=False, _request_timeout=(5, 30), **kwargs)
+    except ApiException as error:
+        raise KubernetesError(f"{error.status} {error.reason}: {error.body!r:.300}", error.status) from error
+    except Exception as error:  # urllib3 connection errors, timeouts
+        raise KubernetesError(f"{type(error).__name__}: {error}") from error
+    data = response.data
+    return json.loads(data) if data else {}
+
+
+class KubernetesGateway:
+    def __init__(self, api_client: k8s.ApiClient, clock: Clock, component: str = "karpenter") -> None:
+        self.api_client = api_client
+        self.core = k8s.CoreV1Api(api_client)
+        self.apps = k8s.AppsV1Api(api_client)
+        self.policy = k8s.PolicyV1Api(api_client)
+        self.custom = k8s.CustomObjectsApi(api_client)
+        self.storage = k8s.StorageV1Api(api_client)
+        self._clock = clock
+        self._component = component
+
+    # -- listing -------------------------------------------------------------------------------------
+
+    def _paginate(self, fn: Callable[..., Any], **kwargs: Any) -> Iterator[JSON]:
+        token: str | None = None
+        while True:
+            page = (
+                _call(fn, limit=PAGE_SIZE, _continue=token, **kwargs)
+                if token
+                else _call(fn, limit=PAGE_SIZE, **kwargs)
+            )
+            yield from page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    def list_pods(self, field_selector: str | None = None, label_selector: str | None = None) -> list[JSON]:
+        kwargs: dict[str, Any] = {}
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        return list(self._paginate(self.core.list_pod_for_all_namespaces, **kwargs))
+
+    def list_pending_pods(self) -> list[JSON]:
+        # The field selector keeps the list small: bound pods never come back.
+        return self.list_pods(field_selector="spec.nodeName=,status.phase=Pending")
+
+    def list_pods_on_node(self, node_name: str) -> list[JSON]:
+        return self.list_pods(field_selector=f"spec.nodeName={node_name}")
+
+    def list_nodes(self) -> list[JSON]:
+        return list(self._paginate(self.core.list_node))
+
+    def get_node(self, name: str) -> JSON | None:
+        try:
+            return _call(self.core.read_node, name)  # type: ignore[no-any-return]
+        except KubernetesError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list_daemonsets(self) -> list[JSON]:
+        return list(self._paginate(self.apps.list_daemon_set_for_all_namespaces))
+
+    def list_pdbs(self) -> list[JSON]:
+        return list(self._paginate(self.policy.list_pod_disruption_budget_for_all_namespaces))
+
+    def _list_cluster_custom(self, group: str, version: str, plural: str) -> list[JSON]:
+        return list(
+            self._paginate(
+                self.custom.list_cluster_custom_object, group=group, version=version, plural=plural
+            )
+        )
+
+    def list_nodepools(self) -> list[JSON]:
+        return self._list_cluster_custom(KARPENTER_GROUP, "v1", "nodepools")
+
+    def list_ec2nodeclasses(self) -> list[JSON]:
+        return self._list_cluster_custom(KARPENTER_AWS_GROUP, "v1", "ec2nodeclasses")
+
+    def list_nodeoverlays(self) -> list[JSON]:
+        try:
+            return self._list_cluster_custom(KARPENTER_GROUP, "v1alpha1", "nodeoverlays")
+        except KubernetesError as error:
+            if error.status == 404:  # the CRD is optional
+                return []
+            raise
+
+    # -- nodes ---------------------------------------------------------------------------------------
+
+    def patch_node(self, name: str, patch: JSON) -> JSON:
+        return _call(self.core.patch_node, name, patch)  # type: ignore[no-any-return]
+
+    def json_patch_node(self, name: str, operations: list[JSON]) -> JSON:
+        return _call(self.core.patch_node, name, operations)  # type: ignore[no-any-return]
+
+    def delete_node(self, name: str) -> None:
+        try:
+            _call(self.core.delete_node, name)
+        except KubernetesError as error:
+            if error.status != 404:
+                raise
+
+    def remove_node_finalizer(self, node: JSON, finalizer: str) -> None:
+        finalizers = list(node["metadata"].get("finalizers") or [])
+        if finalizer not in finalizers:
+            return
+        index = finalizers.index(finalizer)
+        # The test on the value makes this safe against a concurrent change of the list.
+        ops = [
+            {"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizer},
+            {"op": "remove", "path": f"/metadata/finalizers/{index}"},
+        ]
+        try:
+            self.json_patch_node(node["metadata"]["name"], ops)
+        except KubernetesError as error:
+            if error.status != 404:
+                raise
+
+    # -- pods ----------------------------------------------------------------------------------------
+
+    def evict(self, pod: JSON) -> str:
+        meta = pod["metadata"]
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        }
+        try:
+            _call(self.core.create_namespaced_pod_eviction, meta["name"], meta["namespace"], body)
+        except KubernetesError as error:
+            if error.status == 429:
+                return EvictionResult.BLOCKED
+            if error.status == 404:
+                return EvictionResult.GONE
+            raise
+        return EvictionResult.EVICTED
+
+    def delete_pod(self, pod: JSON, grace_period_seconds: int | None = None) -> None:
+        meta = pod["metadata"]
+        kwargs: dict[str, Any] = {}
+        if grace_period_seconds is not None:
+            kwargs["grace_period_seconds"] = grace_period_seconds
+        try:
+            _call(self.core.delete_namespaced_pod, meta["name"], meta["namespace"], **kwargs)
+        except KubernetesError as error:
+            if error.status != 404:
+                raise
+
+    # -- events --------------------------------------------------------------------------------------
+
+    def record_event(self, obj: JSON, reason: str, message: str, event_type: str = "Normal") -> None:
+        """A core/v1 Event, as Karpenter's recorder writes them; failures are not worth failing for."""
+        meta = obj.get("metadata", {})
+        namespace = meta.get("namespace") or "default"
+        now = to_rfc3339(self._clock.now())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": event_type,
+            "source": {"component": self._component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        # An event is worth a try, never a failed reconcile.
+        with contextlib.suppress(KubernetesError):
+            _call(self.core.create_namespaced_event, namespace, body)

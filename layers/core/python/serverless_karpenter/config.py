@@ -1,0 +1,53 @@
+"""Runtime settings, read from the environment the CDK stack gives each Lambda."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob has the name of its environment variable; the stack sets them (infra/functions.py)."""
+
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    cluster_name: str = Field(description="EKS cluster name (CLUSTER_NAME)")
+    aws_region: str = Field(default="us-east-1", description="AWS_REGION, set by Lambda")
+    state_table_name: str = Field(default="", description="DynamoDB table for NodeClaims and leases")
+    interruption_queue_url: str = Field(default="", description="SQS interruption queue URL")
+    interruption_dlq_url: str = Field(
+        default="", description="where malformed messages go, with their reason"
+    )
+    provisioner_function_name: str = Field(default="", description="what the watcher invokes")
+    node_role_name: str = Field(default="", description="IAM role of the nodes (for access checks)")
+    interruption_rebalance: Literal["event", "replace"] = Field(
+        default="event",
+        description="rebalance recommendations: post an event, or replace the node before draining",
+    )
+    # Where to reach the API server, when not the endpoint DescribeCluster returns (a private proxy,
+    # or the local simulator).
+    kubernetes_api_url: str | None = None
+    kubernetes_verify_tls: bool = True
+
+    # Batching of pending pods, as Karpenter's batchIdleDuration / batchMaxDuration.
+    batch_idle_seconds: float = 1.0
+    batch_max_seconds: float = 10.0
+    # How long one watcher invocation keeps polling; the schedule starts one every minute.
+    watcher_poll_seconds: float = 55.0
+    watcher_poll_interval_seconds: float = 1.0
+
+    # Lifecycle timeouts (DESIGN §2).
+    launch_timeout_seconds: int = 300
+    registration_timeout_seconds: int = 900
+    garbage_collection_grace_seconds: int = 300
+
+    # Disruption, beyond Karpenter (issue 7).
+    spot_to_spot_consolidation: bool = False
+    min_savings_percent: float = 10.0
+    min_node_age_seconds: int = 600
+
+
+def load_settings() -> Settings:
+    return Settings()  # type: ignore[call-arg]  # cluster_name comes from the environment

@@ -1,0 +1,73 @@
+"""EventBridge envelopes on the interruption queue, parsed with pydantic."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from serverless_karpenter.interruption.rules import MessageKind
+
+
+class MalformedMessage(ValueError):
+    """A body that is not an EventBridge envelope we can act on; it belongs in the DLQ."""
+
+
+class EventEnvelope(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    version: str
+    id: str
+    detail_type: str = Field(alias="detail-type")
+    source: str
+    account: str | None = None
+    time: datetime
+    region: str | None = None
+    resources: list[str] = Field(default_factory=list)
+    detail: dict[str, Any]
+
+    @property
+    def kind(self) -> MessageKind | None:
+        try:
+            return MessageKind(self.detail_type)
+        except ValueError:
+            return None
+
+    def instance_ids(self) -> list[str]:
+        """The EC2 instances the message is about."""
+        if self.kind == MessageKind.SCHEDULED_CHANGE:
+            ids = [e.get("entityValue") for e in self.detail.get("affectedEntities") or []]
+            return [i for i in ids if isinstance(i, str) and i.startswith("i-")]
+        instance_id = self.detail.get("instance-id")
+        return [instance_id] if isinstance(instance_id, str) else []
+
+
+def parse_message(body: str) -> EventEnvelope:
+    try:
+        raw = json.loads(body)
+    except (json.JSONDecodeError, TypeError) as error:
+        raise MalformedMessage(f"body is not JSON: {error}") from error
+    if not isinstance(raw, dict):
+        raise MalformedMessage(f"body is JSON {type(raw).__name__}, not an EventBridge envelope object")
+    try:
+        envelope = EventEnvelope.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise MalformedMessage(f"envelope field {where}: {first['msg']}") from error
+    if (
+        envelope.kind
+        in (
+            MessageKind.SPOT_INTERRUPTION,
+            MessageKind.REBALANCE_RECOMMENDATION,
+            MessageKind.STATE_CHANGE,
+            MessageKind.CAPACITY_RESERVATION_INTERRUPTION,
+        )
+        and not envelope.instance_ids()
+    ):
+        raise MalformedMessage(f"{envelope.detail_type}: detail.instance-id is missing")
+    if envelope.kind == MessageKind.STATE_CHANGE and not isinstance(envelope.detail.get("state"), str):
+        raise MalformedMessage("EC2 Instance State-change Notification: detail.state is missing")
+    return envelope

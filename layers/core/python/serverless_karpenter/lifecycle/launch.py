@@ -1,0 +1,147 @@
+"""Launching a NodeClaim record: idempotent, so a crash anywhere is repaired by running it again.
+
+The record is written before CreateFleet; the fleet's ClientToken is the claim's name and the
+instance is tagged with it. A second attempt first looks for the tagged instance and adopts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from botocore.exceptions import ClientError
+
+from serverless_karpenter import amifamily, crashpoints
+from serverless_karpenter.adapters.ec2 import Instance, LaunchError, LaunchRequest, ResolvedNodeClass
+from serverless_karpenter.adapters.state_store import ConflictError
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
+from serverless_karpenter.provisioning.context import ControlPlane
+from serverless_karpenter.scheduling.requirements import Requirements
+
+UNREGISTERED_TAINT = {"key": wk.UNREGISTERED_TAINT_KEY, "effect": "NoExecute"}
+
+
+def capacity_type_for(plane: ControlPlane, record: NodeClaimRecord) -> str | None:
+    """Spot when the claim allows it and a spot offering is available, else on-demand (Karpenter)."""
+    reqs = Requirements.from_node_selector_requirements(record.requirements)
+    available = {
+        ct
+        for option in record.instance_type_options
+        for zone, ct, _ in option.offerings
+        if not plane.instance_types.is_unavailable(ct, option.name, zone)
+    }
+    for ct in wk.CAPACITY_TYPES:
+        if ct in available and reqs.get(wk.CAPACITY_TYPE).has(ct):
+            return ct
+    return None
+
+
+def launch_request(plane: ControlPlane, record: NodeClaimRecord, capacity_type: str) -> LaunchRequest:
+    overrides = sorted(
+        (
+            (price, option.name, zone, option.arch)
+            for option in record.instance_type_options
+            for zone, ct, price in option.offerings
+            if ct == capacity_type and not plane.instance_types.is_unavailable(ct, option.name, zone)
+        ),
+    )
+    labels = dict(record.labels)
+    labels[wk.CAPACITY_TYPE] = capacity_type
+    return LaunchRequest(
+        nodeclaim=record.name,
+        nodepool=record.nodepool,
+        capacity_type=capacity_type,
+        overrides=[(name, zone, arch) for _, name, zone, arch in overrides],
+        bootstrap=amifamily.NodeBootstrap(
+            labels=labels,
+            taints=[UNREGISTERED_TAINT, *record.taints, *record.startup_taints],
+        ),
+    )
+
+
+def mark_launched(plane: ControlPlane, record: NodeClaimRecord, instance: Instance) -> NodeClaimRecord:
+    option = next((o for o in record.instance_type_options if o.name == instance.instance_type), None)
+    price = None
+    if option is not None:
+        price = next(
+            (p for z, ct, p in option.offerings if z == instance.zone and ct == instance.capacity_type), None
+        )
+    now = plane.clock.now()
+    labels = {
+        **record.labels,
+        wk.INSTANCE_TYPE: instance.instance_type,
+        wk.ZONE: instance.zone,
+        wk.CAPACITY_TYPE: instance.capacity_type,
+    }
+    updated = record.model_copy(
+        update={
+            "state": NodeClaimState.LAUNCHED,
+            "instance_id": instance.id,
+            "instance_type": instance.instance_type,
+            "zone": instance.zone,
+            "capacity_type": instance.capacity_type,
+            "provider_id": instance.provider_id,
+            "image_id": instance.image_id,
+            "price_per_hour": price,
+            "labels": labels,
+            "allocatable": dict(option.allocatable) if option else record.expected_allocatable(),
+            "capacity": dict(option.capacity) if option else record.expected_capacity(),
+            "launched_at": now,
+            "last_error": None,
+        }
+    )
+    saved = plane.store.save(updated)
+    metrics.add_metric(name=MetricName.NODECLAIMS_LAUNCHED, unit=MetricUnit.Count, value=1)
+    metrics.add_metric(
+        name=MetricName.LAUNCH_LATENCY,
+        unit=MetricUnit.Seconds,
+        value=(now - record.created_at).total_seconds(),
+    )
+    logger.info(
+        Msg.LAUNCHED_NODECLAIM,
+        extra={
+            "nodeclaim": saved.name,
+            "provider-id": saved.provider_id,
+            "instance-type": saved.instance_type,
+            "zone": saved.zone,
+            "capacity-type": saved.capacity_type,
+        },
+    )
+    return saved
+
+
+def launch_record(
+    plane: ControlPlane, record: NodeClaimRecord, nodeclass: ResolvedNodeClass | None
+) -> NodeClaimRecord:
+    """Launch (or adopt) the instance for a Pending record. A failed launch deletes the record so its
+    pods are provisioned again, avoiding the offerings that failed."""
+    existing = plane.launcher.find_by_nodeclaim(record.name)
+    if existing is not None:
+        return mark_launched(plane, record, existing)
+    capacity_type = capacity_type_for(plane, record)
+    error: Exception | None = None
+    if nodeclass is None:
+        error = ValueError(f'EC2NodeClass "{record.nodeclass}" is not ready')
+    elif capacity_type is None:
+        error = ValueError("every offering of the claim is unavailable")
+    else:
+        try:
+            instance = plane.launcher.launch(launch_request(plane, record, capacity_type), nodeclass)
+        except LaunchError as launch_error:
+            for failure in launch_error.unavailable_offerings:
+                if failure.instance_type and failure.zone:
+                    plane.instance_types.mark_unavailable(
+                        failure.capacity_type, failure.instance_type, failure.zone, failure.code
+                    )
+            error = launch_error
+        except ClientError as client_error:
+            error = client_error
+        else:
+            crashpoints.hit(crashpoints.AFTER_CREATE_FLEET)
+            return mark_launched(plane, record, instance)
+    metrics.add_metric(name=MetricName.LAUNCH_ERRORS, unit=MetricUnit.Count, value=1)
+    logger.error("failed launching nodeclaim", extra={"nodeclaim": record.name, "error": str(error)})
+    with contextlib.suppress(ConflictError):  # somebody else already moved it on
+        plane.store.delete(record)
+    return record.model_copy(update={"last_error": str(error)})

@@ -1,0 +1,267 @@
+"""NodeClaim lifecycle: Pending -> Launched -> Registered -> Initialized, liveness, and garbage collection."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from serverless_karpenter.adapters.ec2 import Instance, ResolvedNodeClass
+from serverless_karpenter.adapters.state_store import ConflictError
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.lifecycle.launch import launch_record, mark_launched
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
+from serverless_karpenter.provisioning.context import ControlPlane
+from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.taints import taints_from_dicts
+
+TERMINATED_RETENTION = timedelta(days=1)
+GONE_STATES = frozenset({"shutting-down", "terminated"})
+
+
+@dataclass
+class LifecycleResult:
+    launched: list[str] = field(default_factory=list)
+    registered: list[str] = field(default_factory=list)
+    initialized: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    garbage_collected: list[str] = field(default_factory=list)
+
+
+def node_is_ready(node: Mapping[str, Any]) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def registration_patch(record: NodeClaimRecord, node: Mapping[str, Any]) -> dict[str, Any]:
+    """Labels and taints from the NodeClaim; the unregistered taint off; our finalizer on."""
+    meta = node.get("metadata", {})
+    labels = {**record.labels, wk.NODEPOOL: record.nodepool, wk.REGISTERED: "true"}
+    taints = [
+        t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != wk.UNREGISTERED_TAINT_KEY
+    ]
+    present = {(t.get("key"), t.get("effect")) for t in taints}
+    for taint in [*record.taints, *record.startup_taints]:
+        if (taint.get("key"), taint.get("effect")) not in present:
+            taints.append(dict(taint))
+    finalizers = list(meta.get("finalizers") or [])
+    if wk.TERMINATION_FINALIZER not in finalizers:
+        finalizers.append(wk.TERMINATION_FINALIZER)
+    return {
+        "metadata": {
+            "labels": labels,
+            "finalizers": finalizers,
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "spec": {"taints": taints},
+    }
+
+
+def is_initialized(record: NodeClaimRecord, node: Mapping[str, Any]) -> bool:
+    """Ready, startup taints gone, and every requested extended resource registered."""
+    if not node_is_ready(node):
+        return False
+    present = taints_from_dicts((node.get("spec") or {}).get("taints"))
+    for startup in taints_from_dicts(record.startup_taints):
+        if any(t.matches(startup) for t in present):
+            return False
+    allocatable = resources.parse_list((node.get("status") or {}).get("allocatable"))
+    for name, value in record.requests.items():
+        if "/" in name and value > 0 and allocatable.get(name, 0) <= 0:
+            return False
+    return True
+
+
+class LifecycleReconciler:
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+
+    def reconcile(self) -> LifecycleResult:
+        plane = self.plane
+        result = LifecycleResult()
+        records = plane.store.list()
+        instances = {i.id: i for i in plane.launcher.instances(include_terminated=True)}
+        instances_by_claim = {
+            i.tags.get(wk.NODECLAIM): i for i in instances.values() if i.state not in GONE_STATES
+        }
+        nodes = {
+            n["spec"].get("providerID"): n
+            for n in plane.kube.list_nodes()
+            if (n.get("spec") or {}).get("providerID")
+        }
+        resolved: dict[str, ResolvedNodeClass | None] = {}
+        for record in records:
+            try:
+                self._reconcile_one(record, instances, instances_by_claim, nodes, resolved, result)
+            except ConflictError:
+                continue  # somebody else moved it; the next pass sees the new version
+        self._garbage_collect(records, instances, result)
+        self._emit_state_counts(plane.store.list())
+        return result
+
+    def _nodeclass(self, name: str, cache: dict[str, ResolvedNodeClass | None]) -> ResolvedNodeClass | None:
+        if name not in cache:
+            spec = next(
+                (nc for nc in self.plane.kube.list_ec2nodeclasses() if nc["metadata"]["name"] == name), None
+            )
+            try:
+                cache[name] = self.plane.resolver.resolve(spec) if spec else None
+            except ValueError:
+                cache[name] = None
+        return cache[name]
+
+    def _reconcile_one(
+        self,
+        record: NodeClaimRecord,
+        instances: Mapping[str, Instance],
+        instances_by_claim: Mapping[str | None, Instance],
+        nodes: Mapping[str, Mapping[str, Any]],
+        resolved: dict[str, ResolvedNodeClass | None],
+        result: LifecycleResult,
+    ) -> None:
+        plane = self.plane
+        now = plane.clock.now()
+        settings = plane.settings
+        if record.state == NodeClaimState.TERMINATED:
+            return
+        if record.state == NodeClaimState.PENDING:
+            instance = instances_by_claim.get(record.name)
+            if instance is not None:
+                mark_launched(plane, record, instance)
+                result.launched.append(record.name)
+            elif now - record.created_at > timedelta(seconds=settings.launch_timeout_seconds):
+                logger.warning("deleting nodeclaim, launch ttl exceeded", extra={"nodeclaim": record.name})
+                plane.store.delete(record)
+                result.deleted.append(record.name)
+            else:
+                # A provisioner died between writing the record and CreateFleet: finish its work.
+                launched = launch_record(plane, record, self._nodeclass(record.nodeclass, resolved))
+                if launched.state == NodeClaimState.LAUNCHED:
+                    result.launched.append(record.name)
+            return
+        instance = instances.get(record.instance_id or "")
+        if instance is None or instance.state in GONE_STATES:
+            if not record.is_deleting:
+                self._instance_gone(record, nodes.get(record.provider_id or ""), result)
+            return
+        node = nodes.get(record.provider_id or "")
+        if record.state == NodeClaimState.LAUNCHED:
+            if node is not None:
+                self._register(record, node, result)
+            elif record.launched_at and now - record.launched_at > timedelta(
+                seconds=settings.registration_timeout_seconds
+            ):
+                logger.warning(
+                    Msg.LIVENESS_DELETED, extra={"nodeclaim": record.name, "instance": record.instance_id}
+                )
+                plane.launcher.terminate([instance.id])
+                self._close(record, result)
+            return
+        if node is None and record.state in (NodeClaimState.REGISTERED, NodeClaimState.INITIALIZED):
+            # The Node object went away without our finalizer running: the instance must not outlive it.
+            logger.info(Msg.DELETED_NODE, extra={"nodeclaim": record.name, "node": record.node_name})
+            plane.launcher.terminate([instance.id])
+            self._close(record, result)
+            return
+        if record.state == NodeClaimState.REGISTERED and node is not None and is_initialized(record, node):
+            saved = plane.store.save(
+                record.model_copy(update={"state": NodeClaimState.INITIALIZED, "initialized_at": now})
+            )
+            metrics.add_metric(name=MetricName.NODECLAIMS_INITIALIZED, unit=MetricUnit.Count, value=1)
+            if record.launched_at:
+                metrics.add_metric(
+                    name=MetricName.INITIALIZATION_LATENCY,
+                    unit=MetricUnit.Seconds,
+                    value=(now - record.launched_at).total_seconds(),
+                )
+            logger.info(Msg.INITIALIZED_NODECLAIM, extra={"nodeclaim": saved.name, "node": saved.node_name})
+            result.initialized.append(record.name)
+
+    def _register(self, record: NodeClaimRecord, node: Mapping[str, Any], result: LifecycleResult) -> None:
+        plane = self.plane
+        name = node["metadata"]["name"]
+        plane.kube.patch_node(name, registration_patch(record, node))
+        saved = plane.store.save(
+            record.model_copy(
+                update={
+                    "state": NodeClaimState.REGISTERED,
+                    "node_name": name,
+                    "registered_at": plane.clock.now(),
+                }
+            )
+        )
+        metrics.add_metric(name=MetricName.NODECLAIMS_REGISTERED, unit=MetricUnit.Count, value=1)
+        logger.info(
+            Msg.REGISTERED_NODECLAIM,
+            extra={"nodeclaim": saved.name, "node": name, "provider-id": saved.provider_id},
+        )
+        result.registered.append(record.name)
+
+    def _instance_gone(
+        self, record: NodeClaimRecord, node: Mapping[str, Any] | None, result: LifecycleResult
+    ) -> None:
+        """The instance was terminated behind our back: remove the Node (its finalizer too) and the claim."""
+        plane = self.plane
+        if node is not None:
+            plane.kube.delete_node(node["metadata"]["name"])
+            fresh = plane.kube.get_node(node["metadata"]["name"])
+            if fresh is not None:
+                plane.kube.remove_node_finalizer(fresh, wk.TERMINATION_FINALIZER)
+        self._close(record, result)
+
+    def _close(self, record: NodeClaimRecord, result: LifecycleResult) -> None:
+        now = self.plane.clock.now()
+        self.plane.store.save(
+            record.model_copy(
+                update={
+                    "state": NodeClaimState.TERMINATED,
+                    "terminated_at": now,
+                    "expires_at": now + TERMINATED_RETENTION,
+                }
+            )
+        )
+        metrics.add_metric(name=MetricName.NODECLAIMS_TERMINATED, unit=MetricUnit.Count, value=1)
+        logger.info(Msg.DELETED_NODECLAIM, extra={"nodeclaim": record.name})
+        result.deleted.append(record.name)
+
+    def _garbage_collect(
+        self, records: list[NodeClaimRecord], instances: Mapping[str, Instance], result: LifecycleResult
+    ) -> None:
+        """Terminate our tagged instances that have had no live record for the grace period."""
+        plane = self.plane
+        now = plane.clock.now()
+        live = {r.name for r in records if r.state != NodeClaimState.TERMINATED}
+        grace = timedelta(seconds=plane.settings.garbage_collection_grace_seconds)
+        orphans = [
+            i
+            for i in instances.values()
+            if i.state not in GONE_STATES
+            and i.tags.get(wk.NODECLAIM) not in live
+            and now - i.launch_time > grace
+        ]
+        if orphans:
+            plane.launcher.terminate([i.id for i in orphans])
+            for instance in orphans:
+                logger.info(
+                    Msg.GARBAGE_COLLECTED_INSTANCE,
+                    extra={"instance": instance.id, "nodeclaim": instance.tags.get(wk.NODECLAIM)},
+                )
+                result.garbage_collected.append(instance.id)
+            metrics.add_metric(
+                name=MetricName.GARBAGE_COLLECTED_INSTANCES, unit=MetricUnit.Count, value=len(orphans)
+            )
+
+    def _emit_state_counts(self, records: list[NodeClaimRecord]) -> None:
+        counts: dict[str, int] = {}
+        cost = 0.0
+        for record in records:
+            counts[record.state.value] = counts.get(record.state.value, 0) + 1
+            if record.is_active and record.price_per_hour:
+                cost += record.price_per_hour
+        for state, count in counts.items():
+            emit_dimensioned(MetricName.NODECLAIMS_BY_STATE, count, {"State": state})
+        metrics.add_metric(name=MetricName.COST_PER_HOUR, unit=MetricUnit.Count, value=round(cost, 4))

@@ -1,0 +1,119 @@
+"""One Powertools Logger, Metrics and Tracer for the whole control plane, and its vocabulary.
+
+Metric names live here and nowhere else: the CDK dashboard, the README's table and the code all read
+:class:`MetricName`, and a test checks that each one is emitted somewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import TextIO
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+SERVICE = "serverless-karpenter"
+NAMESPACE = "ServerlessKarpenter"
+
+
+class MetricName(StrEnum):
+    """Every metric we emit, under :data:`NAMESPACE`. Dimensions are noted where a metric has one."""
+
+    PROVISIONER_HEARTBEAT = "ProvisionerHeartbeat"
+    PENDING_PODS = "PendingPods"
+    PODS_SCHEDULED = "PodsScheduled"
+    PODS_UNSCHEDULABLE = "PodsUnschedulable"
+    SOLVE_DURATION = "SolveDuration"
+    SOLVE_COST_GAP = "SolveCostGapPercent"
+    NODECLAIMS_CREATED = "NodeClaimsCreated"
+    NODECLAIMS_LAUNCHED = "NodeClaimsLaunched"
+    NODECLAIMS_REGISTERED = "NodeClaimsRegistered"
+    NODECLAIMS_INITIALIZED = "NodeClaimsInitialized"
+    NODECLAIMS_TERMINATED = "NodeClaimsTerminated"
+    NODECLAIMS_BY_STATE = "NodeClaims"  # dimension State
+    LAUNCH_LATENCY = "LaunchLatency"  # pending -> launched, seconds
+    INITIALIZATION_LATENCY = "InitializationLatency"  # launched -> initialized, seconds
+    LAUNCH_ERRORS = "LaunchErrors"
+    UNAVAILABLE_OFFERING_HITS = "UnavailableOfferingHits"
+    GARBAGE_COLLECTED_INSTANCES = "GarbageCollectedInstances"
+    COST_PER_HOUR = "ManagedCostPerHour"
+    INTERRUPTION_MESSAGES = "InterruptionMessages"  # dimension Kind
+    INTERRUPTION_LATENCY = "InterruptionMessageLatency"
+    INTERRUPTION_ACTIONS = "InterruptionActions"  # dimension Action
+    INTERRUPTION_MALFORMED = "InterruptionMalformedMessages"
+    INTERRUPTION_FOREIGN = "InterruptionForeignInstances"
+    DRAINS_STARTED = "DrainsStarted"
+    DRAINS_COMPLETED = "DrainsCompleted"
+    DRAIN_DURATION = "DrainDuration"
+    PODS_EVICTED = "PodsEvicted"
+    PODS_FORCE_DELETED = "PodsForceDeleted"
+    DISRUPTION_ACTIONS = "DisruptionActions"  # dimension Method
+    DISRUPTION_BLOCKED = "DisruptionBlocked"  # dimension Reason
+
+
+class Msg(StrEnum):
+    """Karpenter's log messages, so that users' queries and habits carry over."""
+
+    FOUND_PROVISIONABLE_PODS = "found provisionable pod(s)"
+    COMPUTED_NEW_NODECLAIMS = "computed new nodeclaim(s) to fit pod(s)"
+    COULD_NOT_SCHEDULE_POD = "could not schedule pod"
+    CREATED_NODECLAIM = "created nodeclaim"
+    LAUNCHED_NODECLAIM = "launched nodeclaim"
+    REGISTERED_NODECLAIM = "registered nodeclaim"
+    INITIALIZED_NODECLAIM = "initialized nodeclaim"
+    DELETED_NODECLAIM = "deleted nodeclaim"
+    TAINTED_NODE = "tainted node"
+    DELETED_NODE = "deleted node"
+    DISRUPTING_NODECLAIMS = "disrupting nodeclaim(s) via {method}"
+    INITIATING_DELETE_FROM_INTERRUPTION = "initiating delete from interruption message"
+    GARBAGE_COLLECTED_INSTANCE = "garbage collected cloudprovider instance"
+    LIVENESS_DELETED = "deleting nodeclaim, registration ttl exceeded"
+
+
+class _CurrentStdout:
+    """A stream that writes to whatever ``sys.stdout`` is now, so the simulator can capture logs."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
+def _make_logger() -> Logger:
+    stream: TextIO = _CurrentStdout()  # type: ignore[assignment]
+    return Logger(service=SERVICE, logger_handler=logging.StreamHandler(stream))
+
+
+# A pass that had nothing to do emits no metric; Powertools warns about that on every such invocation.
+warnings.filterwarnings("ignore", message="No application metrics to publish")
+
+logger = _make_logger()
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+tracer = Tracer(service=SERVICE)
+
+
+def emit_dimensioned(
+    name: MetricName, value: float, dimensions: Mapping[str, str], unit: MetricUnit = MetricUnit.Count
+) -> None:
+    """A metric with its own dimensions (State, Kind, Method...), flushed on its own as EMF."""
+    with single_metric(name=name, unit=unit, value=value, namespace=NAMESPACE) as metric:
+        for key, dim_value in dimensions.items():
+            metric.add_dimension(name=key, value=dim_value)
+
+
+__all__ = [
+    "NAMESPACE",
+    "SERVICE",
+    "MetricName",
+    "MetricUnit",
+    "Msg",
+    "emit_dimensioned",
+    "logger",
+    "metrics",
+    "tracer",
+]

@@ -1,0 +1,39 @@
+"""What the provisioning and lifecycle use cases need from the outside world: narrow interfaces."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from serverless_karpenter.adapters.ec2 import FleetLauncher, NodeClassResolver, ResolvedNodeClass
+from serverless_karpenter.adapters.kubernetes import KubernetesGateway
+from serverless_karpenter.adapters.state_store import NodeClaimStore
+from serverless_karpenter.clock import Clock
+from serverless_karpenter.config import Settings
+from serverless_karpenter.scheduling.scheduler import InstanceTypeLike
+
+
+class InstanceTypeProvider(Protocol):
+    def instance_types(
+        self, nodeclass: ResolvedNodeClass, spec: Mapping[str, Any]
+    ) -> Sequence[InstanceTypeLike]:
+        """The instance types usable with this node class, offerings in its zones, availability applied."""
+        ...
+
+    def mark_unavailable(self, capacity_type: str, instance_type: str, zone: str, reason: str) -> None: ...
+
+    def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool: ...
+
+
+@dataclass
+class ControlPlane:
+    """The adapters one invocation works with; built once per warm Lambda by the runtime."""
+
+    settings: Settings
+    clock: Clock
+    kube: KubernetesGateway
+    store: NodeClaimStore
+    launcher: FleetLauncher
+    resolver: NodeClassResolver
+    instance_types: InstanceTypeProvider

@@ -1,0 +1,301 @@
+"""Provisioning: pending pods -> scheduling simulation -> NodeClaim records -> CreateFleet."""
+
+from __future__ import annotations
+
+import secrets
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from serverless_karpenter import crashpoints
+from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.lifecycle.launch import launch_record
+from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
+from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
+from serverless_karpenter.provisioning.context import ControlPlane
+from serverless_karpenter.scheduling import pods as podlib
+from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.requirements import Requirements
+from serverless_karpenter.scheduling.scheduler import (
+    ExistingCapacity,
+    NewNodeClaim,
+    NodePoolTemplate,
+    Scheduler,
+    SchedulingResult,
+    choose_offering,
+    nodepool_requirements,
+    offering_allowed,
+)
+from serverless_karpenter.scheduling.taints import taints_from_dicts, tolerations_from_dicts, untolerated
+
+_NAME_ALPHABET = string.ascii_lowercase + string.digits
+
+
+@dataclass
+class ProvisioningResult:
+    pending: int = 0
+    launched: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    unschedulable: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def new_nodeclaim_name(nodepool: str) -> str:
+    return f"{nodepool}-" + "".join(secrets.choice(_NAME_ALPHABET) for _ in range(5))
+
+
+def build_templates(
+    nodepools: Sequence[Mapping[str, Any]],
+    nodeclasses: Mapping[str, ResolvedNodeClass],
+    nodeclass_specs: Mapping[str, Mapping[str, Any]],
+    plane: ControlPlane,
+    daemonsets: Sequence[Mapping[str, Any]],
+    usage: Mapping[str, resources.ResourceList],
+) -> tuple[list[NodePoolTemplate], dict[str, str]]:
+    """NodePool templates for the scheduler, and why any NodePool cannot be used."""
+    templates: list[NodePoolTemplate] = []
+    problems: dict[str, str] = {}
+    for nodepool in nodepools:
+        name = nodepool["metadata"]["name"]
+        spec = nodepool.get("spec") or {}
+        ref = ((spec.get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+        nodeclass = nodeclasses.get(ref.get("name", ""))
+        if nodeclass is None:
+            problems[name] = f'nodeClassRef "{ref.get("name")}" is not a ready EC2NodeClass'
+            continue
+        reqs, labels, taints = nodepool_requirements(nodepool)
+        overhead = daemon_overhead(daemonsets, reqs, labels, taints)
+        limits = resources.parse_list(spec.get("limits"))
+        remaining = (
+            resources.subtract(limits, {k: usage.get(name, {}).get(k, 0) for k in limits}) if limits else None
+        )
+        templates.append(
+            NodePoolTemplate(
+                name=name,
+                nodeclass=nodeclass.name,
+                weight=int(spec.get("weight") or 0),
+                requirements=reqs,
+                labels=labels,
+                taints=taints,
+                instance_types=plane.instance_types.instance_types(
+                    nodeclass, nodeclass_specs[nodeclass.name]
+                ),
+                daemon_overhead=overhead,
+                remaining=remaining,
+            )
+        )
+    return templates, problems
+
+
+def daemon_overhead(
+    daemonsets: Sequence[Mapping[str, Any]],
+    requirements: Requirements,
+    labels: Mapping[str, str],
+    taints: Any,
+) -> resources.ResourceList:
+    """Requests of the DaemonSets that would run on a node of this NodePool."""
+    total: resources.ResourceList = {}
+    for ds in daemonsets:
+        template = (ds.get("spec") or {}).get("template") or {}
+        pod = {"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}
+        if untolerated(tolerations_from_dicts(pod["spec"].get("tolerations")), taints) is not None:
+            continue
+        if requirements.compatible(Requirements.from_pod(pod)) is not None:
+            continue
+        total = resources.merge(total, podlib.requests(pod))
+    return total
+
+
+def existing_capacity(
+    nodes: Sequence[Mapping[str, Any]],
+    bound_pods: Sequence[Mapping[str, Any]],
+    records: Sequence[NodeClaimRecord],
+) -> list[ExistingCapacity]:
+    """Nodes that take pods, then in-flight NodeClaims whose node has not registered yet."""
+    used: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in bound_pods:
+        name = podlib.node_name(pod)
+        if name and not podlib.is_terminal(pod):
+            used.setdefault(name, []).append(pod)
+    out: list[ExistingCapacity] = []
+    provider_ids = set()
+    for node in nodes:
+        meta, spec = node.get("metadata", {}), node.get("spec", {})
+        provider_ids.add(spec.get("providerID"))
+        if meta.get("deletionTimestamp") or spec.get("unschedulable"):
+            continue
+        allocatable = resources.parse_list((node.get("status") or {}).get("allocatable"))
+        taints = tuple(
+            t
+            for t in taints_from_dicts(spec.get("taints"))
+            # A node still starting up will lose these; Karpenter schedules against it anyway.
+            if t.key not in (wk.UNREGISTERED_TAINT_KEY, "node.kubernetes.io/not-ready")
+        )
+        out.append(
+            ExistingCapacity(
+                name=meta["name"],
+                labels=dict(meta.get("labels") or {}),
+                taints=taints,
+                available=resources.subtract(allocatable, podlib.total_requests(used.get(meta["name"], []))),
+            )
+        )
+    for record in records:
+        if not record.is_in_flight or (record.provider_id and record.provider_id in provider_ids):
+            continue
+        reqs = Requirements.from_node_selector_requirements(record.requirements)
+        allocatable = record.expected_allocatable()
+        out.append(
+            ExistingCapacity(
+                name=f"nodeclaim/{record.name}",
+                labels=dict(record.labels),
+                taints=taints_from_dicts(record.taints),
+                available=resources.subtract(allocatable, record.daemon_requests()),
+                in_flight=True,
+                requirements=None if record.instance_id else reqs,
+            )
+        )
+    return out
+
+
+class Provisioner:
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+
+    def schedule(
+        self, pending: Sequence[Mapping[str, Any]], records: Sequence[NodeClaimRecord]
+    ) -> tuple[SchedulingResult, dict[str, ResolvedNodeClass]]:
+        kube = self.plane.kube
+        nodepools = kube.list_nodepools()
+        specs = {nc["metadata"]["name"]: nc for nc in kube.list_ec2nodeclasses()}
+        resolved: dict[str, ResolvedNodeClass] = {}
+        for name, spec in specs.items():
+            try:
+                resolved[name] = self.plane.resolver.resolve(spec)
+            except ValueError as error:
+                logger.warning("EC2NodeClass not ready", extra={"ec2nodeclass": name, "error": str(error)})
+        nodes = kube.list_nodes()
+        bound = [p for p in kube.list_pods(field_selector="spec.nodeName!=") if not podlib.is_terminal(p)]
+        usage: dict[str, resources.ResourceList] = {}
+        for record in records:
+            if record.is_active or record.is_deleting:
+                usage[record.nodepool] = resources.merge(
+                    usage.get(record.nodepool, {}), record.expected_capacity()
+                )
+        templates, problems = build_templates(
+            nodepools, resolved, specs, self.plane, kube.list_daemonsets(), usage
+        )
+        result = Scheduler(templates, existing_capacity(nodes, bound, records)).solve(pending)
+        for reasons in result.unschedulable.values():
+            for pool, problem in problems.items():
+                reasons.setdefault(pool, problem)
+        return result, resolved
+
+    def provision(self) -> ProvisioningResult:
+        plane = self.plane
+        pending = [p for p in plane.kube.list_pending_pods() if podlib.is_provisionable(p)]
+        metrics.add_metric(name=MetricName.PENDING_PODS, unit=MetricUnit.Count, value=len(pending))
+        outcome = ProvisioningResult(pending=len(pending))
+        if not pending:
+            return outcome
+        logger.info(
+            Msg.FOUND_PROVISIONABLE_PODS,
+            extra={"pods": [podlib.key(p) for p in pending][:50], "count": len(pending)},
+        )
+        records = plane.store.list()
+        result, resolved = self.schedule(pending, records)
+        outcome.unschedulable = result.unschedulable
+        if result.new_nodeclaims:
+            logger.info(
+                Msg.COMPUTED_NEW_NODECLAIMS,
+                extra={
+                    "nodeclaims": len(result.new_nodeclaims),
+                    "pods": sum(len(c.pods) for c in result.new_nodeclaims),
+                },
+            )
+        by_key = {podlib.key(p): p for p in pending}
+        for pod_key, reasons in result.unschedulable.items():
+            message = explain(reasons)
+            logger.warning(Msg.COULD_NOT_SCHEDULE_POD, extra={"pod": pod_key, "reason": message})
+            plane.kube.record_event(by_key[pod_key], "FailedProvisioning", message, "Warning")
+        metrics.add_metric(
+            name=MetricName.PODS_UNSCHEDULABLE, unit=MetricUnit.Count, value=len(result.unschedulable)
+        )
+        metrics.add_metric(
+            name=MetricName.PODS_SCHEDULED,
+            unit=MetricUnit.Count,
+            value=sum(len(c.pods) for c in result.new_nodeclaims)
+            + sum(len(v) for v in result.existing.values()),
+        )
+        for claim in result.new_nodeclaims:
+            record = self.create_record(claim)
+            if record is None:
+                continue
+            crashpoints.hit(crashpoints.AFTER_NODECLAIM_WRITE)
+            launched = launch_record(plane, record, resolved.get(record.nodeclass))
+            (outcome.launched if launched.state == NodeClaimState.LAUNCHED else outcome.failed).append(
+                record.name
+            )
+        return outcome
+
+    def create_record(self, claim: NewNodeClaim) -> NodeClaimRecord | None:
+        chosen = choose_offering(claim)
+        if chosen is None:
+            return None
+        options = []
+        for it in claim.instance_types:
+            offerings = sorted(
+                (
+                    (o.zone, o.capacity_type, o.price)
+                    for o in it.offerings
+                    if offering_allowed(claim.requirements, o)
+                ),
+                key=lambda o: o[2],
+            )
+            options.append(
+                InstanceTypeOption(
+                    name=it.name,
+                    arch=it.labels.get(wk.ARCH, "amd64"),
+                    offerings=offerings,
+                    allocatable=dict(it.allocatable),
+                    capacity=dict(it.capacity),
+                )
+            )
+        labels = {**claim.requirements.labels(), **claim.labels}
+        record = NodeClaimRecord(
+            name=new_nodeclaim_name(claim.nodepool),
+            nodepool=claim.nodepool,
+            nodeclass=claim.nodeclass,
+            requirements=[
+                r for req in claim.requirements.values() for r in req.to_node_selector_requirements()
+            ],
+            instance_type_options=options,
+            requests=claim.requests,
+            daemon_overhead=dict(claim.daemon_overhead),
+            pods=list(claim.pods),
+            labels=labels,
+            taints=[t.to_dict() for t in claim.taints],
+            created_at=self.plane.clock.now(),
+        )
+        self.plane.store.create(record)
+        metrics.add_metric(name=MetricName.NODECLAIMS_CREATED, unit=MetricUnit.Count, value=1)
+        logger.info(
+            Msg.CREATED_NODECLAIM,
+            extra={
+                "nodeclaim": record.name,
+                "nodepool": record.nodepool,
+                "requests": resources.format_list(claim.requests),
+                "instance-types": ", ".join(o.name for o in options[:5])
+                + (f" and {len(options) - 5} other(s)" if len(options) > 5 else ""),
+            },
+        )
+        return record
+
+
+def explain(reasons: Mapping[str, str]) -> str:
+    """One line a user can act on: the first failing constraint per NodePool."""
+    if not reasons:
+        return "no NodePool could take the pod"
+    return "; ".join(
+        f'nodepool "{pool}": {reason}' if pool else reason for pool, reason in sorted(reasons.items())
+    )

@@ -1,0 +1,97 @@
+"""Facts about pods, read from their Kubernetes JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from serverless_karpenter.scheduling import resources
+
+Pod = Mapping[str, Any]
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def key(pod: Pod) -> str:
+    meta = pod.get("metadata", {})
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
+def is_terminal(pod: Pod) -> bool:
+    return pod.get("status", {}).get("phase") in TERMINAL_PHASES
+
+
+def is_deleting(pod: Pod) -> bool:
+    return bool(pod.get("metadata", {}).get("deletionTimestamp"))
+
+
+def node_name(pod: Pod) -> str | None:
+    return pod.get("spec", {}).get("nodeName") or None
+
+
+def owner_kind(pod: Pod) -> str | None:
+    for ref in pod.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("kind"))
+    return None
+
+
+def is_daemonset_pod(pod: Pod) -> bool:
+    return owner_kind(pod) == "DaemonSet"
+
+
+def is_mirror_pod(pod: Pod) -> bool:
+    return "kubernetes.io/config.mirror" in (pod.get("metadata", {}).get("annotations") or {})
+
+
+def is_unschedulable(pod: Pod) -> bool:
+    """The kube-scheduler tried this pod and found no node: PodScheduled=False, reason Unschedulable."""
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            return condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
+    return False
+
+
+def is_provisionable(pod: Pod) -> bool:
+    """Karpenter's test: unbound, marked unschedulable, not terminal, not being deleted, not a DaemonSet's."""
+    return (
+        node_name(pod) is None
+        and is_unschedulable(pod)
+        and not is_terminal(pod)
+        and not is_deleting(pod)
+        and not is_daemonset_pod(pod)
+    )
+
+
+def _container_requests(container: Mapping[str, Any]) -> resources.ResourceList:
+    spec = container.get("resources") or {}
+    # Kubernetes defaults a missing request to the limit.
+    merged = {**(spec.get("limits") or {}), **(spec.get("requests") or {})}
+    return resources.parse_list(merged)
+
+
+def requests(pod: Pod) -> resources.ResourceList:
+    """Effective requests, as the kube-scheduler computes them.
+
+    max(sum of app containers + restartable (sidecar) init containers, the largest init container plus
+    the sidecars started before it), plus the RuntimeClass overhead already copied into spec.overhead,
+    plus one pod slot.
+    """
+    spec = pod.get("spec", {})
+    app = resources.merge(*(_container_requests(c) for c in spec.get("containers") or []))
+    sidecars: resources.ResourceList = {}
+    init_peak: resources.ResourceList = {}
+    for container in spec.get("initContainers") or []:
+        r = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            sidecars = resources.merge(sidecars, r)
+            init_peak = resources.maximum([init_peak, sidecars])
+        else:
+            init_peak = resources.maximum([init_peak, resources.merge(sidecars, r)])
+    total = resources.maximum([resources.merge(app, sidecars), init_peak])
+    overhead = resources.parse_list(spec.get("overhead"))
+    return resources.merge(total, overhead, {resources.PODS: 1})
+
+
+def total_requests(pods: Iterable[Pod]) -> resources.ResourceList:
+    return resources.merge(*(requests(p) for p in pods))

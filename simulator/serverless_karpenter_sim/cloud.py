@@ -1,0 +1,199 @@
+"""The simulated AWS account: moto in server mode on 127.0.0.1, seeded like a real cluster's account.
+
+Our code reaches it through ``AWS_ENDPOINT_URL`` exactly as it reaches AWS, so nothing in the control
+plane knows it is simulated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from moto.server import ThreadedMotoServer
+from serverless_karpenter import amifamily, state_schema
+from serverless_karpenter.adapters import aws
+from serverless_karpenter.interruption.rules import RULE_PATTERNS
+
+REGION = "us-east-1"
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
+KUBERNETES_VERSION = "1.31"
+ACCOUNT = "123456789012"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class CloudResources:
+    cluster_name: str
+    endpoint_url: str
+    vpc_id: str = ""
+    subnet_ids: list[str] = field(default_factory=list)
+    security_group_id: str = ""
+    table_name: str = ""
+    queue_url: str = ""
+    queue_arn: str = ""
+    dlq_url: str = ""
+    node_role_name: str = ""
+    amis: dict[str, str] = field(default_factory=dict)
+
+
+class SimulatedCloud:
+    def __init__(self, cluster_name: str, region: str = REGION) -> None:
+        self.cluster_name = cluster_name
+        self.region = region
+        self._server: ThreadedMotoServer | None = None
+        self.resources: CloudResources | None = None
+
+    def start(self) -> CloudResources:
+        # werkzeug logs every request to stderr; the simulator has its own progress display.
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        port = free_port()
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self._server.start()
+        url = f"http://127.0.0.1:{port}"
+        # The same variables a Lambda would see, pointed at moto; no real credentials are ever used.
+        os.environ.update(
+            {
+                "AWS_ENDPOINT_URL": url,
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_SESSION_TOKEN": "testing",
+                "AWS_DEFAULT_REGION": self.region,
+                "AWS_REGION": self.region,
+            }
+        )
+        os.environ.pop("AWS_PROFILE", None)
+        aws.reset_sessions()
+        self.resources = self._seed(url)
+        return self.resources
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def publish_public_parameter(self, name: str, value: str) -> None:
+        """Publish an AWS-owned ``/aws/service/...`` parameter, as EKS does for its AMIs.
+
+        The API refuses writes under ``/aws/`` (as AWS does), so this goes to moto's backend, which
+        shares this process with the server, the same way moto seeds its own public parameters.
+        """
+        from moto.ssm.models import Parameter, ssm_backends
+
+        backend = ssm_backends[ACCOUNT][self.region]
+        versions = backend._parameters[name]
+        versions.append(
+            Parameter(
+                account_id=ACCOUNT,
+                name=name,
+                value=value,
+                parameter_type="String",
+                description=None,
+                allowed_pattern=None,
+                keyid=None,
+                last_modified_date=time.time(),
+                version=len(versions) + 1,
+                data_type="text",
+            )
+        )
+
+    def client(self, service: str) -> Any:
+        return aws.client(service, self.region)
+
+    def _seed(self, url: str) -> CloudResources:
+        name = self.cluster_name
+        res = CloudResources(cluster_name=name, endpoint_url=url)
+        ec2 = self.client("ec2")
+        discovery = [{"Key": "karpenter.sh/discovery", "Value": name}]
+        res.vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        for index, zone in enumerate(ZONES):
+            subnet = ec2.create_subnet(
+                VpcId=res.vpc_id,
+                CidrBlock=f"10.0.{index * 32}.0/19",
+                AvailabilityZone=zone,
+                TagSpecifications=[
+                    {
+                        "ResourceType": "subnet",
+                        "Tags": [*discovery, {"Key": "Name", "Value": f"{name}-private-{zone}"}],
+                    }
+                ],
+            )
+            res.subnet_ids.append(subnet["Subnet"]["SubnetId"])
+        res.security_group_id = ec2.create_security_group(
+            GroupName=f"{name}-node",
+            Description="nodes",
+            VpcId=res.vpc_id,
+            TagSpecifications=[{"ResourceType": "security-group", "Tags": discovery}],
+        )["GroupId"]
+
+        iam = self.client("iam")
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+            ],
+        }
+        res.node_role_name = f"KarpenterNodeRole-{name}"
+        iam.create_role(RoleName=res.node_role_name, AssumeRolePolicyDocument=json.dumps(trust))
+        cluster_role = iam.create_role(
+            RoleName=f"{name}-cluster", AssumeRolePolicyDocument=json.dumps(trust)
+        )["Role"]["Arn"]
+        self.client("eks").create_cluster(
+            name=name,
+            version=KUBERNETES_VERSION,
+            roleArn=cluster_role,
+            resourcesVpcConfig={"subnetIds": res.subnet_ids, "securityGroupIds": [res.security_group_id]},
+            kubernetesNetworkConfig={"serviceIpv4Cidr": "10.100.0.0/16"},
+        )
+
+        # EKS publishes its optimized AMIs as public SSM parameters; moto has the images but not those.
+        images = ec2.describe_images(Owners=["amazon"])["Images"]
+        by_arch = {"amd64": "x86_64", "arm64": "arm64"}
+        for arch, ec2_arch in by_arch.items():
+            image = next(
+                i for i in images if i.get("Architecture") == ec2_arch and i["Name"].startswith("amzn2")
+            )
+            res.amis[arch] = image["ImageId"]
+            for family in ("al2023", "al2", "bottlerocket"):
+                parameter = amifamily.ssm_parameter_for_alias(family, "latest", KUBERNETES_VERSION, arch)
+                self.publish_public_parameter(parameter, image["ImageId"])
+
+        res.table_name = f"{name}-serverless-karpenter"
+        self.client("dynamodb").create_table(**state_schema.table_definition(res.table_name))
+
+        sqs = self.client("sqs")
+        res.dlq_url = sqs.create_queue(QueueName=f"{name}-interruption-dlq")["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=res.dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        res.queue_url = sqs.create_queue(
+            QueueName=f"{name}-interruption",
+            Attributes={
+                "MessageRetentionPeriod": "300",
+                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "5"}),
+            },
+        )["QueueUrl"]
+        res.queue_arn = sqs.get_queue_attributes(QueueUrl=res.queue_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        events = self.client("events")
+        for rule_id, pattern in RULE_PATTERNS.items():
+            rule = f"{name}-{rule_id}"
+            events.put_rule(Name=rule, EventPattern=json.dumps(pattern), State="ENABLED")
+            events.put_targets(Rule=rule, Targets=[{"Id": "interruption-queue", "Arn": res.queue_arn}])
+        return res
+
+
+def boto3_client(service: str, endpoint_url: str, region: str = REGION) -> Any:
+    """A plain client for test assertions (no retries, so faults are visible)."""
+    return boto3.client(service, region_name=region, endpoint_url=endpoint_url)

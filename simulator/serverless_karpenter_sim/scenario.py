@@ -1,0 +1,151 @@
+"""Scenario files: manifests to apply, then steps to run on virtual time."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources as package_resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from serverless_karpenter.api.errors import ManifestError
+from serverless_karpenter.api.manifests import is_karpenter_kind, parse_manifest
+
+STEP_KINDS = ("wait", "event", "scale", "apply", "delete", "sqs", "fault")
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run; the message is one line naming what is wrong."""
+
+
+def parse_duration(text: str | int | float) -> float:
+    if isinstance(text, int | float):
+        return float(text)
+    match = _DURATION.match(text.strip())
+    if not match or not any(match.groups()):
+        raise ValueError(f"{text!r} is not a duration like 90s, 5m or 1h30m")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return float(hours * 3600 + minutes * 60 + seconds)
+
+
+class Step(BaseModel):
+    """One step: exactly one of wait, event, scale, apply, delete, sqs, fault."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wait: float | None = None
+    event: dict[str, Any] | None = None
+    scale: dict[str, Any] | None = None
+    apply: list[dict[str, Any]] | None = None
+    delete: dict[str, Any] | None = None
+    sqs: str | None = None
+    fault: dict[str, Any] | None = None
+
+    @field_validator("wait", mode="before")
+    @classmethod
+    def _wait(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    @field_validator("apply", mode="before")
+    @classmethod
+    def _apply(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Step:
+        present = [k for k in STEP_KINDS if getattr(self, k) is not None]
+        if len(present) != 1:
+            raise ValueError(
+                f"a step needs exactly one of {', '.join(STEP_KINDS)} (got {', '.join(present) or 'none'})"
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in STEP_KINDS if getattr(self, k) is not None)
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str
+    description: str = ""
+    cluster_name: str = Field(default="demo", alias="clusterName")
+    manifests: list[dict[str, Any]] = Field(default_factory=list)
+    steps: list[Step] = Field(default_factory=list)
+    # After the last step, keep running until everything settles, for at most this long.
+    settle_seconds: float = Field(default=900.0, alias="settleSeconds")
+
+    @field_validator("settle_seconds", mode="before")
+    @classmethod
+    def _settle(cls, value: Any) -> float:
+        return parse_duration(value)
+
+
+def _substitute(value: Any, variables: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        for name, replacement in variables.items():
+            value = value.replace("${" + name + "}", replacement)
+        return value
+    if isinstance(value, list):
+        return [_substitute(v, variables) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, variables) for k, v in value.items()}
+    return value
+
+
+def builtin_names() -> list[str]:
+    folder = package_resources.files("serverless_karpenter_sim") / "scenarios"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_scenario(name_or_file: str) -> Scenario:
+    """A built-in scenario by name, or a YAML file; validates every Karpenter manifest in it."""
+    path = Path(name_or_file)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.exists():
+            raise ScenarioError(f"scenario file {name_or_file}: not found")
+        text = path.read_text()
+        source = str(path)
+    else:
+        resource = package_resources.files("serverless_karpenter_sim") / "scenarios" / f"{name_or_file}.yaml"
+        if not resource.is_file():
+            raise ScenarioError(
+                f"scenario {name_or_file!r}: no such built-in scenario "
+                f"(have {', '.join(builtin_names())}) or file"
+            )
+        text = resource.read_text()
+        source = f"built-in scenario {name_or_file!r}"
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ScenarioError(f"{source}: not valid YAML: {str(error).splitlines()[0]}") from error
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{source}: a scenario is a mapping with name, manifests and steps")
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ScenarioError(f"{source}: {where}: {first['msg']}") from error
+    variables = {"CLUSTER_NAME": scenario.cluster_name}
+    scenario.manifests = [_substitute(m, variables) for m in scenario.manifests]
+    validate_manifests(scenario.manifests, source)
+    for step in scenario.steps:
+        if step.apply:
+            step.apply = [_substitute(m, variables) for m in step.apply]
+            validate_manifests(step.apply, source)
+    return scenario
+
+
+def validate_manifests(manifests: list[dict[str, Any]], source: str) -> None:
+    for index, manifest in enumerate(manifests):
+        if not isinstance(manifest, dict) or "kind" not in manifest or "apiVersion" not in manifest:
+            raise ScenarioError(f"{source}: manifests[{index}]: needs apiVersion and kind")
+        if is_karpenter_kind(manifest):
+            try:
+                parse_manifest(manifest)
+            except ManifestError as error:
+                raise ScenarioError(str(error)) from error

@@ -1,0 +1,541 @@
+"""The local end-to-end simulation: our Lambdas against moto and the simulated cluster, on virtual time."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from kubernetes import client as k8s
+from kubernetes import utils as k8s_utils
+from serverless_karpenter import crashpoints
+from serverless_karpenter.adapters.kubernetes import KubernetesGateway
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.catalog import load_bundled_catalog
+from serverless_karpenter.clock import ManualClock
+from serverless_karpenter.config import Settings
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.observability import NAMESPACE
+from serverless_karpenter.runtime import build_control_plane, use_control_plane
+from serverless_karpenter.scheduling import pods as podlib
+from serverless_karpenter.scheduling.resources import format_quantity
+
+from serverless_karpenter_sim.cloud import REGION, CloudResources, SimulatedCloud
+from serverless_karpenter_sim.cluster import KubeletFleet, NodeShape, SimInstance, WorkloadControllers
+from serverless_karpenter_sim.cluster import Scheduler as KubeScheduler
+from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+from serverless_karpenter_sim.lambdas import LambdaRuntime
+from serverless_karpenter_sim.scenario import Scenario, Step
+
+KARPENTER_PLURALS = {
+    ("karpenter.sh", "NodePool"): ("v1", "nodepools"),
+    ("karpenter.sh", "NodeOverlay"): ("v1alpha1", "nodeoverlays"),
+    ("karpenter.k8s.aws", "EC2NodeClass"): ("v1", "ec2nodeclasses"),
+}
+_REFERENCE = re.compile(r"\$\{(instance|node):(\d+)\}")
+
+
+@dataclass
+class Schedule:
+    """How often the simulator's loop emulates each trigger the stack wires up."""
+
+    tick_seconds: float = 1.0
+    watcher_every: float = 1.0  # one poll per virtual second, as the watcher's loop does
+    provisioner_every: float = 60.0  # the EventBridge schedule
+    termination_every: float = 5.0  # delayed termination-work messages while drains are under way
+    disruption_every: float = 60.0
+    boot_delay: float = 30.0
+    ready_delay: float = 10.0
+
+
+@dataclass
+class TimelineEntry:
+    t: float
+    what: str
+
+
+@dataclass
+class SimulationReport:
+    scenario: str
+    virtual_seconds: float
+    pods: dict[str, int]
+    nodeclaims: list[dict[str, Any]]
+    instances: dict[str, int]
+    cost_per_hour: float
+    events_handled: int
+    dlq_messages: int
+    timeline: list[TimelineEntry] = field(default_factory=list)
+    lambda_invocations: dict[str, int] = field(default_factory=dict)
+    lambda_errors: dict[str, int] = field(default_factory=dict)
+    pdb_violations: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "virtual_seconds": self.virtual_seconds,
+            "pods": self.pods,
+            "nodeclaims": self.nodeclaims,
+            "instances": self.instances,
+            "cost_per_hour": self.cost_per_hour,
+            "events_handled": self.events_handled,
+            "dlq_messages": self.dlq_messages,
+            "pdb_violations": self.pdb_violations,
+            "lambda_invocations": self.lambda_invocations,
+            "lambda_errors": self.lambda_errors,
+            "timeline": [{"t": e.t, "what": e.what} for e in self.timeline],
+        }
+
+
+class MotoInstances:
+    """The kubelets' view of EC2: our cluster's instances, with their user data.
+
+    moto stamps LaunchTime with the wall clock; a booting machine lives on the simulation's virtual
+    time, so the launch time reported here is when the instance was first seen on that clock.
+    """
+
+    def __init__(self, ec2: Any, cluster_name: str, clock: ManualClock) -> None:
+        self._ec2 = ec2
+        self._cluster = cluster_name
+        self._clock = clock
+        self._user_data: dict[str, str | None] = {}
+        self._first_seen: dict[str, datetime] = {}
+
+    def running_instances(self) -> list[SimInstance]:
+        out = []
+        filters = [{"Name": f"tag:{wk.TAG_CLUSTER_PREFIX}{self._cluster}", "Values": ["owned"]}]
+        for page in self._ec2.get_paginator("describe_instances").paginate(Filters=filters):
+            for reservation in page["Reservations"]:
+                for raw in reservation["Instances"]:
+                    tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
+                    out.append(
+                        SimInstance(
+                            instance_id=raw["InstanceId"],
+                            instance_type=raw["InstanceType"],
+                            zone=raw["Placement"]["AvailabilityZone"],
+                            private_dns_name=raw.get("PrivateDnsName") or raw["InstanceId"],
+                            launch_time=self._first_seen.setdefault(raw["InstanceId"], self._clock.now()),
+                            state=raw["State"]["Name"],
+                            user_data=self._read_user_data(raw["InstanceId"]),
+                            tags=tags,
+                        )
+                    )
+        return out
+
+    def _read_user_data(self, instance_id: str) -> str | None:
+        if instance_id not in self._user_data:
+            attribute = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+            value = (attribute.get("UserData") or {}).get("Value")
+            self._user_data[instance_id] = base64.b64decode(value).decode(errors="replace") if value else None
+        return self._user_data[instance_id]
+
+
+def catalog_shapes(region: str) -> Callable[[str], NodeShape]:
+    """What a booted instance reports to its kubelet: capacity and allocatable of its type."""
+    catalog = load_bundled_catalog(region)
+
+    def shape(instance_type: str) -> NodeShape:
+        it = catalog[instance_type]
+        return NodeShape(
+            capacity={k: format_quantity(k, v) for k, v in it.capacity.items()},
+            allocatable={k: format_quantity(k, v) for k, v in it.allocatable.items()},
+            labels=dict(it.labels),
+        )
+
+    return shape
+
+
+class Simulation:
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        schedule: Schedule | None = None,
+        log: TextIO | None = None,
+        on_tick: Callable[[Simulation], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.schedule = schedule or Schedule()
+        # Virtual time starts at the wall clock's now, so timestamps moto makes are never in its future.
+        self.start_time = datetime.now(UTC).replace(microsecond=0)
+        self.clock = ManualClock(self.start_time)
+        self.cluster_name = scenario.cluster_name
+        self.cloud = SimulatedCloud(self.cluster_name)
+        self.kube_server = KubeApiServer(self.clock)
+        self.lambdas = LambdaRuntime(self.cluster_name, log)
+        self.timeline: list[TimelineEntry] = []
+        self.events_handled = 0
+        self.launch_order: list[str] = []  # nodeclaim names in launch order
+        self._on_tick = on_tick
+        self._last_run: dict[str, float] = {}
+        self._states: dict[str, str] = {}
+        self._started = False
+        self.resources: CloudResources | None = None
+
+    # -- set-up --------------------------------------------------------------------------------------
+
+    @property
+    def elapsed(self) -> float:
+        return (self.clock.now() - self.start_time).total_seconds()
+
+    def note(self, what: str) -> None:
+        self.timeline.append(TimelineEntry(round(self.elapsed, 1), what))
+
+    def start(self) -> None:
+        self.resources = res = self.cloud.start()
+        url = self.kube_server.start()
+        self.api_client = k8s.ApiClient(client_configuration(url))
+        self.kube = KubernetesGateway(self.api_client, self.clock, component="simulator")
+        env = {
+            "CLUSTER_NAME": self.cluster_name,
+            "STATE_TABLE_NAME": res.table_name,
+            "INTERRUPTION_QUEUE_URL": res.queue_url,
+            "INTERRUPTION_DLQ_URL": res.dlq_url,
+            "NODE_ROLE_NAME": res.node_role_name,
+            "PROVISIONER_FUNCTION_NAME": f"{self.cluster_name}-provisioner",
+            "KUBERNETES_API_URL": url,
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE,
+            "POWERTOOLS_SERVICE_NAME": "serverless-karpenter",
+        }
+        os.environ.update(env)
+        self.settings = Settings()  # type: ignore[call-arg]
+        self.plane = build_control_plane(self.settings, self.clock)
+        use_control_plane(self.plane)
+        watcher = self.lambdas.handler("watcher")
+        watcher.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)
+        ec2 = self.cloud.client("ec2")
+        self.ec2 = ec2
+        self.sqs = self.cloud.client("sqs")
+        self.controllers = WorkloadControllers(self.api_client)
+        self.scheduler = KubeScheduler(self.api_client)
+        self.kubelets = KubeletFleet(
+            self.api_client,
+            MotoInstances(ec2, self.cluster_name, self.clock),
+            catalog_shapes(REGION),
+            boot_delay=self.schedule.boot_delay,
+            ready_delay=self.schedule.ready_delay,
+        )
+        self._started = True
+        self.note(f"cluster {self.cluster_name} up: moto at {res.endpoint_url}, kube-apiserver at {url}")
+        self.apply(self.scenario.manifests)
+
+    def stop(self) -> None:
+        use_control_plane(None)
+        self.kube_server.stop()
+        self.cloud.stop()
+
+    # -- Kubernetes objects --------------------------------------------------------------------------
+
+    def apply(self, manifests: list[dict[str, Any]]) -> None:
+        custom = k8s.CustomObjectsApi(self.api_client)
+        for manifest in manifests:
+            group = manifest["apiVersion"].split("/")[0]
+            kind = manifest["kind"]
+            name = manifest.get("metadata", {}).get("name")
+            if (group, kind) in KARPENTER_PLURALS:
+                version, plural = KARPENTER_PLURALS[(group, kind)]
+                custom.create_cluster_custom_object(group, version, plural, manifest)
+            else:
+                k8s_utils.create_from_dict(self.api_client, manifest)
+            self.note(f"applied {kind} {name}")
+
+    def delete(self, target: dict[str, Any]) -> None:
+        kind = target["kind"]
+        name = self._resolve(str(target["name"]))
+        namespace = target.get("namespace", "default")
+        core, apps = k8s.CoreV1Api(self.api_client), k8s.AppsV1Api(self.api_client)
+        match kind:
+            case "Node":
+                core.delete_node(name)
+            case "Pod":
+                core.delete_namespaced_pod(name, namespace)
+            case "Deployment":
+                apps.delete_namespaced_deployment(name, namespace)
+            case "NodePool" | "EC2NodeClass" | "NodeOverlay":
+                group = "karpenter.k8s.aws" if kind == "EC2NodeClass" else "karpenter.sh"
+                version, plural = KARPENTER_PLURALS[(group, kind)]
+                k8s.CustomObjectsApi(self.api_client).delete_cluster_custom_object(
+                    group, version, plural, name
+                )
+            case _:
+                raise ValueError(f"delete: kind {kind!r} is not supported by the simulator")
+        self.note(f"deleted {kind} {name}")
+
+    def scale(self, target: dict[str, Any]) -> None:
+        namespace, _, name = str(target["deployment"]).rpartition("/")
+        replicas = int(target["replicas"])
+        k8s.AppsV1Api(self.api_client).patch_namespaced_deployment_scale(
+            name, namespace or "default", {"spec": {"replicas": replicas}}
+        )
+        self.note(f"scaled deployment {namespace or 'default'}/{name} to {replicas}")
+
+    # -- references --------------------------------------------------------------------------------
+
+    def _launched(self) -> list[NodeClaimRecord]:
+        by_name = {r.name: r for r in self.plane.store.list()}
+        return [by_name[n] for n in self.launch_order if n in by_name]
+
+    def _resolve(self, text: str) -> str:
+        def replace(match: re.Match[str]) -> str:
+            what, index = match.group(1), int(match.group(2))
+            launched = self._launched()
+            if index >= len(launched):
+                raise ValueError(f"${{{what}:{index}}}: only {len(launched)} instance(s) launched so far")
+            record = launched[index]
+            value = record.instance_id if what == "instance" else record.node_name
+            if not value:
+                raise ValueError(f"${{{what}:{index}}}: nodeclaim {record.name} has no {what} yet")
+            return value
+
+        return _REFERENCE.sub(replace, text)
+
+    def _resolve_all(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self._resolve(value)
+        if isinstance(value, list):
+            return [self._resolve_all(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self._resolve_all(v) for k, v in value.items()}
+        return value
+
+    # -- AWS-side inputs -----------------------------------------------------------------------------
+
+    def put_event(self, event: dict[str, Any]) -> None:
+        event = self._resolve_all(event)
+        entry = {
+            "Source": event.get("source", "aws.ec2"),
+            "DetailType": event.get("detail-type", ""),
+            "Detail": json.dumps(event.get("detail", {})),
+            "Resources": event.get("resources", []),
+            "Time": self.clock.now(),
+        }
+        self.cloud.client("events").put_events(Entries=[entry])
+        self.note(f"event: {entry['DetailType']}")
+
+    def send_raw(self, body: str) -> None:
+        assert self.resources is not None
+        self.sqs.send_message(QueueUrl=self.resources.queue_url, MessageBody=body)
+        self.note("raw message sent to the interruption queue")
+
+    def fault(self, spec: dict[str, Any]) -> None:
+        if "crash" in spec:
+            crashpoints.arm(str(spec["crash"]), int(spec.get("times", 1)))
+            self.note(f"fault armed: crash at {spec['crash']}")
+            return
+        raise ValueError(f"fault {spec!r}: supported faults: crash")
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def _invoke(self, name: str, event: dict[str, Any]) -> Any:
+        try:
+            return self.lambdas.invoke(name, event)
+        except crashpoints.InjectedCrash as crash:
+            self.note(f"{name} crashed at {crash}")
+            return None
+
+    def _due(self, name: str, every: float) -> bool:
+        last = self._last_run.get(name)
+        if last is None or self.elapsed - last >= every - 1e-9:
+            self._last_run[name] = self.elapsed
+            return True
+        return False
+
+    def _deliver_interruptions(self) -> None:
+        assert self.resources is not None
+        response = self.sqs.receive_message(
+            QueueUrl=self.resources.queue_url,
+            MaxNumberOfMessages=10,
+            AttributeNames=["All"],
+            VisibilityTimeout=30,
+        )
+        messages = response.get("Messages") or []
+        if not messages:
+            return
+        records = [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": m.get("Attributes", {}),
+                "messageAttributes": {},
+                "md5OfBody": m.get("MD5OfBody", ""),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": self.resources.queue_arn,
+                "awsRegion": REGION,
+            }
+            for m in messages
+        ]
+        result = self._invoke("interruption", {"Records": records})
+        failed = (
+            {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])}
+            if result is not None
+            else {m["MessageId"] for m in messages}
+        )
+        for message in messages:
+            if message["MessageId"] in failed:
+                # Visible again at once: SQS redelivers it, and moves it to the DLQ after maxReceiveCount.
+                self.sqs.change_message_visibility(
+                    QueueUrl=self.resources.queue_url,
+                    ReceiptHandle=message["ReceiptHandle"],
+                    VisibilityTimeout=0,
+                )
+            else:
+                self.sqs.delete_message(
+                    QueueUrl=self.resources.queue_url, ReceiptHandle=message["ReceiptHandle"]
+                )
+                self.events_handled += 1
+
+    def tick(self) -> None:
+        now = self.clock.now()
+        self.controllers.step(now)
+        self.kubelets.step(now)
+        self.scheduler.step(now)
+        self._deliver_interruptions()
+        if self._due("watcher", self.schedule.watcher_every):
+            self._invoke("watcher", {"pollSeconds": 0})
+        if self._due("provisioner", self.schedule.provisioner_every):
+            self._invoke("provisioner", {"source": "aws.scheduler"})
+        if self._due("termination", self.schedule.termination_every):
+            self._invoke("termination", {"source": "aws.scheduler"})
+        self._observe()
+        if self._on_tick:
+            self._on_tick(self)
+        self.clock.advance(self.schedule.tick_seconds)
+
+    def _observe(self) -> None:
+        for record in self.plane.store.list():
+            previous = self._states.get(record.name)
+            if previous == record.state.value:
+                continue
+            self._states[record.name] = record.state.value
+            launched = record.state == NodeClaimState.LAUNCHED or (previous is None and record.instance_id)
+            if launched and record.name not in self.launch_order:
+                self.launch_order.append(record.name)
+            detail = (
+                f" ({record.instance_type}, {record.zone}, {record.capacity_type})"
+                if record.instance_type
+                else ""
+            )
+            self.note(f"nodeclaim {record.name} {record.state.value}{detail}")
+
+    def run_for(self, seconds: float) -> None:
+        end = self.elapsed + seconds
+        while self.elapsed < end - 1e-9:
+            self.tick()
+
+    def settled(self) -> bool:
+        pods = [p for p in self.kube.list_pods() if not podlib.is_terminal(p)]
+        if any(p.get("status", {}).get("phase") != "Running" for p in pods):
+            return False
+        records = self.plane.store.list()
+        transient = {
+            NodeClaimState.PENDING,
+            NodeClaimState.LAUNCHED,
+            NodeClaimState.REGISTERED,
+            NodeClaimState.DISRUPTING,
+            NodeClaimState.DRAINING,
+            NodeClaimState.TERMINATING,
+        }
+        return not any(r.state in transient for r in records)
+
+    def run_step(self, step: Step) -> None:
+        match step.kind:
+            case "wait":
+                assert step.wait is not None
+                self.run_for(step.wait)
+            case "event":
+                assert step.event is not None
+                self.put_event(step.event)
+            case "scale":
+                assert step.scale is not None
+                self.scale(step.scale)
+            case "apply":
+                assert step.apply is not None
+                self.apply([self._resolve_all(m) for m in step.apply])
+            case "delete":
+                assert step.delete is not None
+                self.delete(step.delete)
+            case "sqs":
+                assert step.sqs is not None
+                self.send_raw(step.sqs)
+            case "fault":
+                assert step.fault is not None
+                self.fault(step.fault)
+
+    def run(self) -> SimulationReport:
+        if not self._started:
+            self.start()
+        for step in self.scenario.steps:
+            self.run_step(step)
+        deadline = self.elapsed + self.scenario.settle_seconds
+        # Give the control plane a moment before judging, then run until settled.
+        self.run_for(2 * self.schedule.tick_seconds)
+        while self.elapsed < deadline and not self.settled():
+            self.run_for(self.schedule.tick_seconds * 5)
+        if self.settled():
+            self.note("settled: every pod Running, no NodeClaim in transition")
+        else:
+            self.note(f"not settled after {self.scenario.settle_seconds:.0f}s")
+        return self.report()
+
+    def report(self) -> SimulationReport:
+        pods = [p for p in self.kube.list_pods() if not podlib.is_terminal(p)]
+        running = sum(1 for p in pods if p.get("status", {}).get("phase") == "Running")
+        records = self.plane.store.list()
+        claims = [
+            {
+                "name": r.name,
+                "nodepool": r.nodepool,
+                "instance_type": r.instance_type,
+                "zone": r.zone,
+                "capacity_type": r.capacity_type,
+                "state": r.state.value,
+                "node": r.node_name,
+                "instance_id": r.instance_id,
+                "price_per_hour": r.price_per_hour,
+            }
+            for r in sorted(records, key=lambda r: (r.created_at, r.name))
+        ]
+        instances = {"running": 0, "pending": 0, "terminated": 0}
+        filters = [{"Name": f"tag:{wk.TAG_CLUSTER_PREFIX}{self.cluster_name}", "Values": ["owned"]}]
+        for page in self.ec2.get_paginator("describe_instances").paginate(Filters=filters):
+            for reservation in page["Reservations"]:
+                for raw in reservation["Instances"]:
+                    state = raw["State"]["Name"]
+                    key = (
+                        "terminated"
+                        if state in ("terminated", "shutting-down")
+                        else ("running" if state == "running" else "pending")
+                    )
+                    instances[key] += 1
+        assert self.resources is not None
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.resources.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        cost = sum(r.price_per_hour or 0.0 for r in records if r.is_active)
+        return SimulationReport(
+            scenario=self.scenario.name,
+            virtual_seconds=round(self.elapsed, 1),
+            pods={"total": len(pods), "running": running, "pending": len(pods) - running},
+            nodeclaims=claims,
+            instances=instances,
+            cost_per_hour=round(cost, 4),
+            events_handled=self.events_handled,
+            dlq_messages=int(attributes.get("ApproximateNumberOfMessages", 0)),
+            timeline=list(self.timeline),
+            lambda_invocations=dict(self.lambdas.invocations),
+            lambda_errors=dict(self.lambdas.errors),
+            pdb_violations=self.kube_server.audit.pdb_violations,
+        )
+
+
+def log_path(scenario: str) -> Path:
+    folder = Path(".serverless-karpenter")
+    folder.mkdir(exist_ok=True)
+    return folder / f"simulate-{scenario}.log"

@@ -1,0 +1,199 @@
+"""Watches through ``kubernetes.watch.Watch`` against the simulated API server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from serverless_karpenter.clock import ManualClock
+from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+
+pytestmark = pytest.mark.integration
+
+NODECLAIMS = ("karpenter.sh", "v1", "nodeclaims")
+
+
+@dataclass
+class Kube:
+    server: KubeApiServer
+    clock: ManualClock
+    api: client.ApiClient
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+
+@pytest.fixture
+def kube() -> Iterator[Kube]:
+    clock = ManualClock()
+    server = KubeApiServer(clock, watch_history=32)
+    server.start()
+    api = client.ApiClient(client_configuration(server.url))
+    try:
+        yield Kube(server, clock, api)
+    finally:
+        api.close()
+        server.stop()
+
+
+def config_map(name: str, **labels: str) -> client.V1ConfigMap:
+    return client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, labels=labels or None), data={"v": "0"})
+
+
+def collect(stream: Iterator[dict], count: int) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    for event in stream:
+        seen.append((event["type"], event["object"].metadata.name))
+        if len(seen) == count:
+            break
+    return seen
+
+
+def test_watch_from_a_list_resource_version(kube: Kube) -> None:
+    kube.core.create_namespaced_config_map("default", config_map("before"))
+    listed = kube.core.list_namespaced_config_map("default")
+    kube.core.create_namespaced_config_map("default", config_map("a"))
+    kube.core.patch_namespaced_config_map("a", "default", {"data": {"v": "1"}})
+    kube.core.delete_namespaced_config_map("a", "default")
+
+    w = watch.Watch()
+    events = []
+    for event in w.stream(kube.core.list_namespaced_config_map, "default",
+                          resource_version=listed.metadata.resource_version, timeout_seconds=5):
+        events.append(event)
+        if len(events) == 3:
+            w.stop()
+    assert [(e["type"], e["object"].metadata.name) for e in events] == [
+        ("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
+    assert isinstance(events[0]["object"], client.V1ConfigMap)
+    assert events[1]["object"].data == {"v": "1"}
+    versions = [int(e["object"].metadata.resource_version) for e in events]
+    assert versions == sorted(versions) and versions[0] > int(listed.metadata.resource_version)
+
+
+def test_watch_without_a_version_starts_with_the_current_state(kube: Kube) -> None:
+    kube.core.create_namespaced_config_map("default", config_map("x"))
+    kube.core.create_namespaced_config_map("default", config_map("y"))
+    w = watch.Watch()
+    stream = w.stream(kube.core.list_namespaced_config_map, "default", timeout_seconds=5)
+    assert collect(stream, 2) == [("ADDED", "x"), ("ADDED", "y")]
+
+    # and then keeps streaming what happens next
+    threading.Timer(0.05, lambda: kube.core.create_namespaced_config_map("default", config_map("z"))).start()
+    assert collect(stream, 1) == [("ADDED", "z")]
+    w.stop()
+
+
+def test_selectors_turn_relabels_into_added_and_deleted(kube: Kube) -> None:
+    kube.core.create_namespaced_config_map("default", config_map("c", team="a"))
+    rv = kube.core.list_namespaced_config_map("default").metadata.resource_version
+    kube.core.patch_namespaced_config_map("c", "default", {"metadata": {"labels": {"team": "b"}}})
+    kube.core.patch_namespaced_config_map("c", "default", {"data": {"v": "2"}})
+    kube.core.patch_namespaced_config_map("c", "default", {"metadata": {"labels": {"team": "a"}}})
+    kube.core.create_namespaced_config_map("default", config_map("other", team="b"))
+    kube.core.create_namespaced_config_map("default", config_map("d", team="a"))
+
+    w = watch.Watch()
+    stream = w.stream(kube.core.list_namespaced_config_map, "default", label_selector="team=a",
+                      resource_version=rv, timeout_seconds=5)
+    assert collect(stream, 3) == [("DELETED", "c"), ("ADDED", "c"), ("ADDED", "d")]
+    w.stop()
+
+
+def test_field_selector_watch_on_one_pod(kube: Kube) -> None:
+    for name in ("p1", "p2"):
+        kube.core.create_namespaced_pod("default", client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="i")])))
+    rv = kube.core.list_namespaced_pod("default").metadata.resource_version
+    kube.core.patch_namespaced_pod_status("p2", "default", {"status": {"phase": "Running"}})
+    kube.core.patch_namespaced_pod_status("p1", "default", {"status": {"phase": "Running"}})
+    w = watch.Watch()
+    stream = w.stream(kube.core.list_namespaced_pod, "default", field_selector="metadata.name=p1",
+                      resource_version=rv, timeout_seconds=5)
+    event = next(iter(stream))
+    w.stop()
+    assert (event["type"], event["object"].metadata.name, event["object"].status.phase) == \
+        ("MODIFIED", "p1", "Running")
+
+
+def test_custom_object_watch(kube: Kube) -> None:
+    custom = client.CustomObjectsApi(kube.api)
+    rv = custom.list_cluster_custom_object(*NODECLAIMS)["metadata"]["resourceVersion"]
+    custom.create_cluster_custom_object(*NODECLAIMS, {
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "default-a"}, "spec": {}})
+    custom.patch_cluster_custom_object_status(*NODECLAIMS, "default-a", {"status": {"providerID": "aws:///x"}})
+    w = watch.Watch()
+    seen = []
+    for event in w.stream(custom.list_cluster_custom_object, *NODECLAIMS, resource_version=rv, timeout_seconds=5):
+        seen.append((event["type"], event["object"]["metadata"]["name"], event["object"].get("status")))
+        if len(seen) == 2:
+            w.stop()
+    assert seen == [("ADDED", "default-a", None), ("MODIFIED", "default-a", {"providerID": "aws:///x"})]
+
+
+def test_too_old_resource_version_is_gone(kube: Kube) -> None:
+    first = kube.core.create_namespaced_config_map("default", config_map("c"))
+    for i in range(60):  # more than the 32 events of history this server keeps
+        kube.core.patch_namespaced_config_map("c", "default", {"data": {"v": str(i)}})
+    w = watch.Watch()
+    with pytest.raises(ApiException) as err:
+        for _ in w.stream(kube.core.list_namespaced_config_map, "default",
+                          resource_version=first.metadata.resource_version, timeout_seconds=5):
+            pass
+    assert err.value.status == 410
+    assert "too old resource version" in err.value.reason
+
+    # a fresh list gives a version the server can still watch from
+    rv = kube.core.list_namespaced_config_map("default").metadata.resource_version
+    kube.core.patch_namespaced_config_map("c", "default", {"data": {"v": "last"}})
+    w = watch.Watch()
+    stream = w.stream(kube.core.list_namespaced_config_map, "default", resource_version=rv, timeout_seconds=5)
+    assert collect(stream, 1) == [("MODIFIED", "c")]
+    w.stop()
+
+
+def test_watch_expires_in_virtual_time(kube: Kube) -> None:
+    done = threading.Event()
+    received: list[str] = []
+
+    def run() -> None:
+        for event in watch.Watch().stream(kube.core.list_namespaced_config_map, "default", timeout_seconds=600):
+            received.append(event["type"])
+        done.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    time.sleep(0.1)
+    assert not done.is_set()
+    kube.clock.advance(601)  # ten virtual minutes pass in no wall time
+    assert done.wait(3), "the watch should end once its timeout passed on the server's clock"
+    assert received == []
+
+
+def test_watch_ends_when_the_server_stops() -> None:
+    server = KubeApiServer(ManualClock())
+    server.start()
+    api = client.ApiClient(client_configuration(server.url))
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            for _ in watch.Watch().stream(client.CoreV1Api(api).list_namespaced_pod, "default", timeout_seconds=600):
+                pass
+        except Exception:  # the connection may be cut rather than ended cleanly; either way the watch is over
+            pass
+        finished.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    time.sleep(0.1)
+    server.stop()
+    assert finished.wait(3)
+    api.close()
