@@ -40,7 +40,7 @@ def metric(
         metric_name=name.value,
         dimensions_map=DEFAULT_DIMENSIONS,
         statistic=statistic,
-        label=label or name.value,
+        label=label,  # None in alarms: a labelled metric would render as a metric-math alarm
         period=period,
     )
 

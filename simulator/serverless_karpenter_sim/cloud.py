@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import socket
-import time
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,8 @@ class SimulatedCloud:
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self._server.start()
         url = f"http://127.0.0.1:{port}"
+        # moto's backends live in this process, shared by every server in it: start from an empty account.
+        self._reset(url)
         # The same variables a Lambda would see, pointed at moto; no real credentials are ever used.
         os.environ.update(
             {
@@ -79,8 +81,16 @@ class SimulatedCloud:
 
     def stop(self) -> None:
         if self._server is not None:
+            if self.resources is not None:
+                self._reset(self.resources.endpoint_url)
             self._server.stop()
             self._server = None
+
+    @staticmethod
+    def _reset(url: str) -> None:
+        urllib.request.urlopen(
+            urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=30
+        ).close()
 
     def publish_public_parameter(self, name: str, value: str) -> None:
         """Publish an AWS-owned ``/aws/service/...`` parameter, as EKS does for its AMIs.
@@ -88,12 +98,13 @@ class SimulatedCloud:
         The API refuses writes under ``/aws/`` (as AWS does), so this goes to moto's backend, which
         shares this process with the server, the same way moto seeds its own public parameters.
         """
+        from moto.core.utils import utcnow
         from moto.ssm.models import Parameter, ssm_backends
 
         backend = ssm_backends[ACCOUNT][self.region]
         versions = backend._parameters[name]
         versions.append(
-            Parameter(
+            Parameter(  # type: ignore[abstract]  # moto's model; CloudFormation members unused here
                 account_id=ACCOUNT,
                 name=name,
                 value=value,
@@ -101,7 +112,7 @@ class SimulatedCloud:
                 description=None,
                 allowed_pattern=None,
                 keyid=None,
-                last_modified_date=time.time(),
+                last_modified_date=utcnow(),
                 version=len(versions) + 1,
                 data_type="text",
             )
@@ -194,6 +205,6 @@ class SimulatedCloud:
         return res
 
 
-def boto3_client(service: str, endpoint_url: str, region: str = REGION) -> Any:
+def boto3_client(service: Any, endpoint_url: str, region: str = REGION) -> Any:
     """A plain client for test assertions (no retries, so faults are visible)."""
     return boto3.client(service, region_name=region, endpoint_url=endpoint_url)

@@ -57,10 +57,9 @@ class LambdaContext:
 
 
 def load_handler(name: str) -> ModuleType:
+    """A fresh copy of the handler module: a new simulation is a new Lambda, with no warm state."""
     path = functions_dir() / name / "handler.py"
-    module_name = f"serverless_karpenter_function_{name}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
+    module_name = f"serverless_karpenter_function_{name}_{uuid.uuid4().hex[:8]}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")

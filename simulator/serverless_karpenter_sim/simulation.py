@@ -204,11 +204,12 @@ class Simulation:
             "POWERTOOLS_SERVICE_NAME": "serverless-karpenter",
         }
         os.environ.update(env)
-        self.settings = Settings()  # type: ignore[call-arg]
+        self.settings = Settings()
         self.plane = build_control_plane(self.settings, self.clock)
         use_control_plane(self.plane)
         watcher = self.lambdas.handler("watcher")
-        watcher.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)
+        # The watcher invokes the provisioner through Lambda; here that is an in-process call.
+        watcher.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)  # type: ignore[attr-defined]
         ec2 = self.cloud.client("ec2")
         self.ec2 = ec2
         self.sqs = self.cloud.client("sqs")

@@ -1,6 +1,10 @@
 """CRUD, discovery, resourceVersion, events, leases and auth on the simulated API server, through the
 official kubernetes client only."""
 
+# The client declares every model field Optional and custom objects as `object`; a None or a non-dict
+# there fails the test anyway, so these checks would only add noise.
+# mypy: disable-error-code="union-attr,index"
+
 from __future__ import annotations
 
 import json
@@ -8,11 +12,11 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-
 from serverless_karpenter.clock import ManualClock
 from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
 
@@ -53,8 +57,9 @@ def kube() -> Iterator[Kube]:
         server.stop()
 
 
-def status_of(err: ApiException) -> dict:
-    return json.loads(err.body)
+def status_of(err: ApiException) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(err.body or "{}")
+    return body
 
 
 def pod(name: str, **labels: str) -> client.V1Pod:
@@ -126,7 +131,7 @@ def test_create_fills_metadata_from_the_clock(kube: Kube) -> None:
     assert fetched.metadata.uid == meta.uid
     listed = kube.core.list_namespaced_pod("default")
     assert [p.metadata.name for p in listed.items] == ["web"]
-    assert int(listed.metadata.resource_version) >= int(meta.resource_version)
+    assert int(str(listed.metadata.resource_version)) >= int(meta.resource_version)
 
 
 def test_create_twice_is_already_exists(kube: Kube) -> None:
@@ -153,7 +158,7 @@ def test_generate_name(kube: Kube) -> None:
     body = client.V1ConfigMap(metadata=client.V1ObjectMeta(generate_name="cfg-"))
     first = kube.core.create_namespaced_config_map("default", body)
     second = kube.core.create_namespaced_config_map("default", body)
-    assert first.metadata.name.startswith("cfg-") and len(first.metadata.name) == len("cfg-") + 5
+    assert first.metadata.name.startswith("cfg-") and len(str(first.metadata.name)) == len("cfg-") + 5
     assert first.metadata.name != second.metadata.name
 
 
@@ -172,7 +177,7 @@ def test_update_with_a_stale_resource_version_conflicts(kube: Kube) -> None:
     created = kube.apps.create_namespaced_deployment("default", deployment("web"))
     created.metadata.labels = {"tier": "front"}
     updated = kube.apps.replace_namespaced_deployment("web", "default", created)
-    assert int(updated.metadata.resource_version) > int(created.metadata.resource_version)
+    assert int(str(updated.metadata.resource_version)) > int(str(created.metadata.resource_version))
     assert updated.metadata.generation == 1  # metadata change only
 
     created.metadata.labels = {"tier": "back"}  # still carries the old resourceVersion
@@ -224,7 +229,7 @@ def test_concurrent_creates_get_distinct_versions(kube: Kube) -> None:
                 "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"w{worker}-{i}"))
             )
             with lock:
-                versions.append(int(made.metadata.resource_version))
+                versions.append(int(str(made.metadata.resource_version)))
         api.close()
 
     threads = [threading.Thread(target=create, args=(w,)) for w in range(4)]
@@ -250,7 +255,9 @@ def test_cluster_scoped_and_all_namespaces(kube: Kube) -> None:
 
 
 def test_custom_resources_with_status_subresource(kube: Kube) -> None:
-    created = kube.custom.create_cluster_custom_object(*KARPENTER, nodepool("default", team="a"))
+    created: dict[str, Any] = kube.custom.create_cluster_custom_object(  # type: ignore[assignment]
+        *KARPENTER, nodepool("default", team="a")
+    )
     assert created["metadata"]["generation"] == 1 and "namespace" not in created["metadata"]
     assert (
         kube.custom.get_cluster_custom_object(*KARPENTER, "default")["metadata"]["uid"]
@@ -264,7 +271,9 @@ def test_custom_resources_with_status_subresource(kube: Kube) -> None:
     # status is ignored on the main resource and the only thing /status changes
     created["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
     created["spec"]["weight"] = 10
-    replaced = kube.custom.replace_cluster_custom_object(*KARPENTER, "default", created)
+    replaced: dict[str, Any] = kube.custom.replace_cluster_custom_object(  # type: ignore[assignment]
+        *KARPENTER, "default", created
+    )
     assert "status" not in replaced and replaced["metadata"]["generation"] == 2
     with_status = kube.custom.patch_cluster_custom_object_status(
         *KARPENTER, "default", {"status": {"resources": {"nodes": "1"}}}
@@ -473,3 +482,30 @@ def test_audit_counts_requests_by_verb(kube: Kube) -> None:
         1,
         1,
     )
+
+
+def test_dry_run_writes_nothing(kube: Kube) -> None:
+    preview = kube.core.create_namespaced_config_map(
+        "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")), dry_run="All"
+    )
+    assert preview.metadata.uid and preview.metadata.creation_timestamp == kube.clock.now()
+    with pytest.raises(ApiException) as err:
+        kube.core.read_namespaced_config_map("c", "default")
+    assert err.value.status == 404
+
+    real = kube.core.create_namespaced_config_map(
+        "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c"))
+    )
+    patched = kube.core.patch_namespaced_config_map("c", "default", {"data": {"a": "1"}}, dry_run="All")
+    assert patched.data == {"a": "1"}
+    kube.core.delete_namespaced_config_map("c", "default", dry_run="All")
+    kept = kube.core.read_namespaced_config_map("c", "default")
+    assert kept.data is None and kept.metadata.resource_version == real.metadata.resource_version
+    assert (
+        kube.core.list_namespaced_config_map("default").metadata.resource_version
+        == real.metadata.resource_version
+    )
+
+    with pytest.raises(ApiException) as err:
+        kube.core.delete_namespaced_config_map("c", "default", dry_run="Some")
+    assert err.value.status == 400

@@ -1,19 +1,30 @@
 """Merge, strategic merge and JSON patches on the simulated API server, as the python client sends them."""
 
+# The client declares every model field Optional and custom objects as `object`; a None or a non-dict
+# there fails the test anyway, so these checks would only add noise.
+# mypy: disable-error-code="union-attr,index"
+
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-
 from serverless_karpenter.clock import ManualClock
 from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
 
 pytestmark = pytest.mark.integration
+
+
+def status_of(err: ApiException) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(err.body or "{}")
+    return body
+
 
 NODECLAIMS = ("karpenter.sh", "v1", "nodeclaims")
 
@@ -86,8 +97,8 @@ def make_node(kube: Kube) -> client.V1Node:
     )
 
 
-def nodeclaim(kube: Kube) -> dict:
-    return kube.custom.create_cluster_custom_object(
+def nodeclaim(kube: Kube) -> dict[str, Any]:
+    created = kube.custom.create_cluster_custom_object(
         *NODECLAIMS,
         {
             "apiVersion": "karpenter.sh/v1",
@@ -103,6 +114,8 @@ def nodeclaim(kube: Kube) -> dict:
             },
         },
     )
+    assert isinstance(created, dict)
+    return created
 
 
 def test_merge_patch_on_custom_objects(kube: Kube) -> None:
@@ -239,7 +252,7 @@ def test_patch_carrying_a_resource_version_is_checked(kube: Kube) -> None:
     assert patched.metadata.labels == {"a": "1"}
     with pytest.raises(ApiException) as err:
         kube.core.patch_node("n1", {"metadata": {"resourceVersion": current, "labels": {"a": "2"}}})
-    assert err.value.status == 409 and json.loads(err.value.body)["reason"] == "Conflict"
+    assert err.value.status == 409 and status_of(err.value)["reason"] == "Conflict"
 
     created = nodeclaim(kube)
     with pytest.raises(ApiException) as err:
@@ -304,7 +317,7 @@ def test_pod_spec_is_immutable_except_what_upstream_allows(kube: Kube) -> None:
     with pytest.raises(ApiException) as err:
         kube.core.patch_namespaced_pod("p", "default", {"spec": {"nodeName": "n1"}})
     assert err.value.status == 422
-    assert "pod updates may not change fields" in json.loads(err.value.body)["message"]
+    assert "pod updates may not change fields" in status_of(err.value)["message"]
 
 
 def test_unknown_patch_types_are_unsupported(kube: Kube) -> None:
@@ -324,3 +337,47 @@ def test_patching_a_missing_object_is_not_found(kube: Kube) -> None:
     with pytest.raises(ApiException) as err:
         kube.core.patch_node("ghost", {"metadata": {"labels": {"a": "b"}}})
     assert err.value.status == 404
+
+
+def test_apply_patch_creates_then_merges(kube: Kube) -> None:
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "1"}}
+    created = kube.core.patch_namespaced_config_map(
+        "cfg", "default", body, field_manager="karpenter", _content_type="application/apply-patch+yaml"
+    )
+    assert created.data == {"a": "1"} and created.metadata.uid
+    body["data"] = {"b": "2"}
+    merged = kube.core.patch_namespaced_config_map(
+        "cfg", "default", body, field_manager="karpenter", _content_type="application/apply-patch+yaml"
+    )
+    assert merged.data == {"a": "1", "b": "2"}  # no field ownership: an approximation of server-side apply
+    with pytest.raises(ApiException) as err:
+        kube.core.patch_namespaced_config_map(
+            "cfg", "default", body, _content_type="application/apply-patch+yaml"
+        )
+    assert err.value.status == 400  # fieldManager is required
+
+
+def test_patching_events_through_events_v1(kube: Kube) -> None:
+    events = client.EventsV1Api(kube.api)
+    events.create_namespaced_event(
+        "default",
+        client.EventsV1Event(
+            metadata=client.V1ObjectMeta(name="e1"),
+            event_time=datetime(2026, 1, 1, tzinfo=UTC),
+            regarding=client.V1ObjectReference(kind="Node", name="n1"),
+            note="first",
+            reason="Unconsolidatable",
+            reporting_controller="karpenter",
+            reporting_instance="lambda",
+            action="Consolidate",
+            type="Normal",
+        ),
+    )
+    patched = events.patch_namespaced_event(
+        "e1",
+        "default",
+        {"note": "second", "series": {"count": 2, "lastObservedTime": "2026-01-01T00:01:00.000000Z"}},
+    )
+    assert patched.note == "second" and patched.series.count == 2
+    as_core = kube.core.read_namespaced_event("e1", "default")
+    assert as_core.message == "second" and as_core.involved_object.name == "n1"

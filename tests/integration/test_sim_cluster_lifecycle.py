@@ -202,6 +202,11 @@ def test_kubelet_registers_a_node_from_instance_and_user_data(sim: Sim) -> None:
     sim.tick(1)
     assert ready(sim.node(instance.private_dns_name)) == "True"  # type: ignore[arg-type]
 
+    # A kubelet registers once: a Node deleted under a running instance does not come back.
+    sim.core.delete_node(instance.private_dns_name)
+    sim.tick(2)
+    assert sim.node(instance.private_dns_name) is None
+
     # Without registration flags, no taints and the on-demand default.
     plain = sim.launch()
     sim.tick(30)
@@ -344,3 +349,31 @@ def test_statefulset_creates_ordinals_in_order(sim: Sim) -> None:
     assert all(p["status"]["phase"] == "Running" for p in pods)
     assert pods[1]["spec"]["hostname"] == "db-1"
     assert pods[1]["metadata"]["labels"]["apps.kubernetes.io/pod-index"] == "1"
+
+
+def test_deployment_rolls_out_a_new_template_without_dropping_below_availability(sim: Sim) -> None:
+    sim.launch()
+    sim.tick(41)
+    sim.create(workload("Deployment", "web", replicas=4))
+    sim.tick(4)
+    old_hash = sim.pods("app=web")[0]["metadata"]["labels"]["pod-template-hash"]
+    sim.apps.patch_namespaced_deployment(
+        "web", "default", {"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}}
+    )
+    for _ in range(30):
+        sim.tick(1)
+        running = [
+            p
+            for p in sim.pods("app=web")
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
+        # maxUnavailable 25% of 4: at least 3 serving pods throughout.
+        assert len(running) >= 3
+    pods = sim.pods("app=web")
+    assert len(pods) == 4
+    assert {p["metadata"]["labels"]["pod-template-hash"] for p in pods} != {old_hash}
+    assert all(p["metadata"]["annotations"]["rev"] == "2" for p in pods)
+    replicasets = sim.rest.list("/apis/apps/v1/namespaces/default/replicasets")
+    assert sorted(rs["spec"]["replicas"] for rs in replicasets) == [0, 4]
+    status = sim.read("Deployment", "web")["status"]
+    assert (status["updatedReplicas"], status["availableReplicas"]) == (4, 4)

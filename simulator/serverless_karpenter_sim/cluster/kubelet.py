@@ -17,6 +17,7 @@ import email
 import ipaddress
 import re
 import tomllib
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -260,8 +261,7 @@ def _host_ip(instance: SimInstance) -> str:
     match = re.match(r"ip-(\d+)-(\d+)-(\d+)-(\d+)", instance.private_dns_name)
     if match:
         return ".".join(match.groups())
-    digest = int(instance.instance_id.removeprefix("i-")[:6] or "0", 16)
-    return str(ipaddress.IPv4Address((10 << 24) | (digest & 0xFFFFFF)))
+    return str(ipaddress.IPv4Address((10 << 24) | (zlib.crc32(instance.instance_id.encode()) & 0xFFFFFF)))
 
 
 @dataclass
@@ -278,6 +278,8 @@ class KubeletReport:
 
 
 class KubeletFleet:
+    """The kubelets of every instance an :class:`InstanceSource` reports, stepped together."""
+
     def __init__(
         self,
         api_client: ApiClient,
@@ -298,6 +300,7 @@ class KubeletFleet:
         self.kubelet_version = kubelet_version
         # Instances we have seen: a Node whose instance id we never saw belongs to someone else.
         self._known_instances: set[str] = set()
+        self._registered: set[str] = set()
         self._bound_seen: dict[str, datetime] = {}
         self._deleting_seen: set[str] = set()
         self._next_pod_ip = 0
@@ -311,14 +314,16 @@ class KubeletFleet:
         # Pods before nodes: a pod bound to a node must then find its node in the later, fresher list.
         pods = self._rest.list(pods_path())
         nodes = {name_of(n): n for n in self._rest.list(NODES_PATH)}
-        registered_instances = {iid for iid in map(instance_id_of, nodes.values()) if iid}
+        self._registered.update(iid for iid in map(instance_id_of, nodes.values()) if iid)
         for instance in sorted(instances.values(), key=lambda i: (i.launch_time, i.instance_id)):
-            if instance.instance_id in registered_instances or instance.state != "running":
+            # A kubelet registers once, at start-up: a Node deleted under a live instance stays gone.
+            if instance.instance_id in self._registered or instance.state != "running":
                 continue
             if now >= instance.launch_time + self.boot_delay:
                 node = self._register(instance, nodes, now)
                 if node is not None:
                     nodes[name_of(node)] = node
+                    self._registered.add(instance.instance_id)
                     report.registered.append(name_of(node))
         live_nodes: dict[str, SimInstance] = {}
         for node in list(nodes.values()):
@@ -350,6 +355,9 @@ class KubeletFleet:
         labels.setdefault(wk.ARCH, "amd64")
         labels.setdefault(wk.OS, "linux")
         labels.setdefault(wk.INSTANCE_TYPE, instance.instance_type)
+        # The deprecated twins the kubelet still sets.
+        labels.setdefault("beta.kubernetes.io/arch", labels[wk.ARCH])
+        labels.setdefault("beta.kubernetes.io/os", labels[wk.OS])
         labels.update(
             {
                 wk.ZONE: instance.zone,

@@ -12,8 +12,9 @@ Paths, verbs, status codes and ``Status`` bodies follow kube-apiserver; object s
   ``ApiException(410)`` from it.
 - A watch ends after ``timeoutSeconds`` (default 1800) of wall time *or* of the injected clock, whichever
   passes first, so simulations on a manual clock see their watches expire in virtual time.
+- ``dryRun=All`` runs a write in full and rolls it back (no watch event, no audit record).
 - Not served: server-side apply field ownership (``apply-patch+yaml`` is a create-or-strategic-merge),
-  dryRun, garbage collection (propagationPolicy is accepted and ignored), namespace deletion, protobuf.
+  garbage collection (propagationPolicy is accepted and ignored), namespace deletion, protobuf.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -44,6 +46,7 @@ from .store import Page, Query, Result, Store, render
 log = logging.getLogger(__name__)
 
 DEFAULT_WATCH_TIMEOUT_SECONDS = 1800
+_PHRASES = {status.value: status.phrase for status in HTTPStatus}
 _WATCH_POLL_SECONDS = 0.1
 _UNAUTHENTICATED_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 
@@ -208,7 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
     # --- plumbing ---------------------------------------------------------------------------------------
 
     def _send(self, response: _Response, *, drop: bool = False) -> None:
-        reason = "OK" if response.code < 400 else REASONS.get(response.code, "Error")
+        reason = _PHRASES.get(response.code, "Unknown")
         head = [
             f"HTTP/1.1 {response.code} {reason}",
             "Content-Type: application/json",
@@ -292,7 +295,13 @@ class _Handler(BaseHTTPRequestHandler):
                 assert route.kind is not None
                 self._serve_watch(route.kind, route.namespace, params, drop=drop)
                 return
-            response = self._handle(method, route, params, raw)
+            dry_run = params.get("dryRun")
+            if dry_run is not None and method != "GET":
+                if dry_run != "All":
+                    raise bad_request(f'unsupported dry run directive: "{dry_run}"; the only one is "All"')
+                response = api.store.dry_run(lambda: self._handle(method, route, params, raw))
+            else:
+                response = self._handle(method, route, params, raw)
         except ApiError as err:
             response = _error_response(err)
             drop = False

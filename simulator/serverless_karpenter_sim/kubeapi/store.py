@@ -23,10 +23,10 @@ import random
 import threading
 import uuid
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from serverless_karpenter.clock import Clock, parse_rfc3339, to_rfc3339
 
@@ -47,6 +47,7 @@ from .selectors import FieldSelector, LabelSelector
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
+T = TypeVar("T")
 
 _NAMESPACES = kind_of("", "v1", "namespaces")
 _PODS = kind_of("", "v1", "pods")
@@ -160,8 +161,10 @@ class Store:
     ) -> None:
         self.clock = clock
         self.audit = audit
-        self.lock = threading.Lock()
+        # Re-entrant so that a dry run can hold the lock around a whole operation.
+        self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
+        self._undo: list[tuple[str, Key, Entry | None]] | None = None  # set while a dry run is in progress
         self.closed = False
         self._rv = 0
         self._objects: dict[str, dict[Key, Entry]] = defaultdict(dict)
@@ -224,6 +227,8 @@ class Store:
         self._rv += 1
         rv = str(self._rv)
         objects = self._objects[kind.resource_id]
+        if self._undo is not None:
+            self._undo.append((kind.resource_id, key, objects.get(key)))
         if event == "DELETED":
             assert previous is not None
             entry = Entry(_with_meta(previous.obj, resourceVersion=rv))
@@ -237,12 +242,32 @@ class Store:
                 self._sorted.pop(kind.resource_id, None)
             objects[key] = entry
         self._history.append(WatchEvent(self._rv, kind.resource_id, key[0], event, entry, previous))
-        if len(self._history) > self._history_limit + self._history_limit // 4:
+        if self._undo is None and len(self._history) > self._history_limit + self._history_limit // 4:
             dropped = len(self._history) - self._history_limit
             self._history_floor = self._history[dropped - 1].rv
             del self._history[:dropped]
         self.changed.notify_all()
         return entry
+
+    def dry_run(self, operation: Callable[[], T]) -> T:
+        """Run a write as ``dryRun=All`` does: everything but the persistence, which is rolled back."""
+        with self.lock:
+            if self._undo is not None:
+                return operation()
+            self._undo = []
+            rv, history_length = self._rv, len(self._history)
+            try:
+                return operation()
+            finally:
+                for resource_id, key, previous in reversed(self._undo):
+                    if previous is None:
+                        self._objects[resource_id].pop(key, None)
+                    else:
+                        self._objects[resource_id][key] = previous
+                    self._sorted.pop(resource_id, None)
+                del self._history[history_length:]
+                self._rv = rv
+                self._undo = None
 
     def _present(self, kind: Kind, entry: Entry) -> Result:
         """What a reader of ``kind`` sees: converted (events.k8s.io) or with live status (PDBs)."""
@@ -694,7 +719,7 @@ class Store:
             if (
                 before.current_healthy >= before.desired_healthy
                 and after.current_healthy < after.desired_healthy
-            ):
+            ) and self._undo is None:
                 self.audit.record_violation(
                     BudgetViolation(
                         namespace=namespace,
@@ -781,16 +806,17 @@ class Store:
             budgets = [e.obj for e in self._entries(_PDBS.resource_id, namespace)]
             pods = [e.obj for e in self._entries(_PODS.resource_id, namespace)]
             verdict = policy.decide_eviction(entry.obj, budgets, pods)
-            self.audit.record_eviction(
-                EvictionRecord(
-                    namespace=namespace,
-                    pod=pod_name,
-                    allowed=verdict.allowed,
-                    code=201 if verdict.error is None else verdict.error.code,
-                    at=self.clock.now(),
-                    budget=verdict.budget,
+            if self._undo is None:
+                self.audit.record_eviction(
+                    EvictionRecord(
+                        namespace=namespace,
+                        pod=pod_name,
+                        allowed=verdict.allowed,
+                        code=201 if verdict.error is None else verdict.error.code,
+                        at=self.clock.now(),
+                        budget=verdict.budget,
+                    )
                 )
-            )
             if verdict.error is not None:
                 raise verdict.error
             pod = entry.obj

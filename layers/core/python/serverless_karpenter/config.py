@@ -50,4 +50,5 @@ class Settings(BaseSettings):
 
 
 def load_settings() -> Settings:
-    return Settings()  # type: ignore[call-arg]  # cluster_name comes from the environment
+    # cluster_name comes from the environment (CLUSTER_NAME).
+    return Settings()

@@ -453,7 +453,7 @@ class FleetLauncher:
             {"Name": "instance-state-name", "Values": states},
             *(extra_filters or []),
         ]
-        out = []
+        out: list[Instance] = []
         for page in self._ec2.get_paginator("describe_instances").paginate(Filters=filters):
             for reservation in page["Reservations"]:
                 out.extend(_instance(raw) for raw in reservation["Instances"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kubernetes import client as k8s
@@ -55,7 +55,8 @@ def configuration(
     def refresh(c: k8s.Configuration) -> None:
         c.api_key["authorization"] = token()
 
-    cfg.refresh_api_key_hook = refresh
+    # The client calls this before each request, so a token near expiry is replaced in time.
+    cfg.refresh_api_key_hook = refresh  # type: ignore[assignment]
     cfg.retries = False  # our callers decide what to retry; urllib3 retries would hide faults
     return cfg
 
@@ -117,7 +118,7 @@ class KubernetesGateway:
 
     def get_node(self, name: str) -> JSON | None:
         try:
-            return _call(self.core.read_node, name)  # type: ignore[no-any-return]
+            return _call(self.core.read_node, name)
         except KubernetesError as error:
             if error.status == 404:
                 return None
@@ -153,10 +154,10 @@ class KubernetesGateway:
     # -- nodes ---------------------------------------------------------------------------------------
 
     def patch_node(self, name: str, patch: JSON) -> JSON:
-        return _call(self.core.patch_node, name, patch)  # type: ignore[no-any-return]
+        return _call(self.core.patch_node, name, patch)
 
     def json_patch_node(self, name: str, operations: list[JSON]) -> JSON:
-        return _call(self.core.patch_node, name, operations)  # type: ignore[no-any-return]
+        return _call(self.core.patch_node, name, operations)
 
     def delete_node(self, name: str) -> None:
         try:
@@ -183,7 +184,7 @@ class KubernetesGateway:
 
     # -- pods ----------------------------------------------------------------------------------------
 
-    def evict(self, pod: JSON) -> str:
+    def evict(self, pod: Mapping[str, Any]) -> str:
         meta = pod["metadata"]
         body = {
             "apiVersion": "policy/v1",
@@ -200,7 +201,7 @@ class KubernetesGateway:
             raise
         return EvictionResult.EVICTED
 
-    def delete_pod(self, pod: JSON, grace_period_seconds: int | None = None) -> None:
+    def delete_pod(self, pod: Mapping[str, Any], grace_period_seconds: int | None = None) -> None:
         meta = pod["metadata"]
         kwargs: dict[str, Any] = {}
         if grace_period_seconds is not None:

@@ -21,7 +21,7 @@ _KINDS: dict[str, type[ResourceModel]] = {
 _GROUPS = frozenset({labels.GROUP, labels.AWS_GROUP})
 
 
-class UnknownKind(ValueError):  # noqa: N818  (the name reads as the condition it reports)
+class UnknownKind(ValueError):
     """Not a Karpenter kind we model (NodePool, EC2NodeClass, NodeClaim, NodeOverlay)."""
 
     def __init__(self, api_version: object, kind: object) -> None:

@@ -30,8 +30,11 @@ class PendingPodBatcher:
             return False
         new = pending - self._handed_over
         retry_due = self._last_fired is None or now - self._last_fired >= self._retry
-        if not new and not retry_due:
-            return False
+        if not new:
+            if not retry_due:
+                return False
+            # Nothing new to wait for: retry the pods that are still pending now.
+            return self._fire(pending, now)
         if self._window_start is None:
             self._window_start = self._last_change = now
         elif not pending <= self._seen:
@@ -39,8 +42,11 @@ class PendingPodBatcher:
         self._seen = pending
         assert self._last_change is not None
         if now - self._last_change >= self._idle or now - self._window_start >= self._max:
-            self._window_start = self._last_change = None
-            self._handed_over = pending
-            self._last_fired = now
-            return True
+            return self._fire(pending, now)
         return False
+
+    def _fire(self, pending: frozenset[str], now: datetime) -> bool:
+        self._window_start = self._last_change = None
+        self._handed_over = pending
+        self._last_fired = now
+        return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,7 +191,9 @@ class Provisioner:
                 reasons.setdefault(pool, problem)
         return result, resolved
 
-    def provision(self) -> ProvisioningResult:
+    def provision(self, renew_lease: Callable[[], bool] | None = None) -> ProvisioningResult:
+        """Provision pending pods. ``renew_lease`` is called before each launch; when it fails, another
+        writer has taken over and this one stops launching (fencing)."""
         plane = self.plane
         pending = [p for p in plane.kube.list_pending_pods() if podlib.is_provisionable(p)]
         metrics.add_metric(name=MetricName.PENDING_PODS, unit=MetricUnit.Count, value=len(pending))
@@ -228,6 +230,9 @@ class Provisioner:
             + sum(len(v) for v in result.existing.values()),
         )
         for claim in result.new_nodeclaims:
+            if renew_lease is not None and not renew_lease():
+                logger.warning("lost the provisioner lease; leaving the rest to the new writer")
+                break
             record = self.create_record(claim)
             if record is None:
                 continue

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from serverless_karpenter import crashpoints
 from serverless_karpenter.adapters.state_store import Lease
 from serverless_karpenter.lifecycle.reconciler import LifecycleReconciler, LifecycleResult
 from serverless_karpenter.observability import MetricName, MetricUnit, logger, metrics
@@ -15,7 +16,8 @@ from serverless_karpenter.provisioning.provisioner import Provisioner, Provision
 from serverless_karpenter.scheduling import pods as podlib
 
 LEASE_NAME = "provisioner"
-LEASE_SECONDS = 330.0  # longer than the provisioner's timeout, so a live writer never loses it
+# Short, and renewed before every launch: a writer that dies holds the others off for a minute at most.
+LEASE_SECONDS = 60.0
 
 
 @dataclass
@@ -31,11 +33,18 @@ def run_provisioner(plane: ControlPlane, lease: Lease) -> ProvisionerRun:
     if not lease.acquire(plane.clock.now(), LEASE_SECONDS):
         logger.info("another provisioner holds the lease; exiting", extra={"holder": lease.holder})
         return ProvisionerRun(leader=False)
+    def renew() -> bool:
+        return lease.acquire(plane.clock.now(), LEASE_SECONDS)
+
     try:
         lifecycle = LifecycleReconciler(plane).reconcile()
-        provisioning = Provisioner(plane).provision()
-    finally:
+        provisioning = Provisioner(plane).provision(renew)
+    except crashpoints.InjectedCrash:
+        raise  # a killed Lambda releases nothing: the lease runs out, as it would in AWS
+    except BaseException:
         lease.release()
+        raise
+    lease.release()
     return ProvisionerRun(leader=True, lifecycle=lifecycle, provisioning=provisioning)
 
 

@@ -125,7 +125,9 @@ def offering_allowed(requirements: Requirements, offering: Any) -> bool:
 
 def defined_by_instance_type(key: str) -> bool:
     """Keys an instance type answers for: on a type without the label, the value does not exist."""
-    return key in (wk.INSTANCE_TYPE, wk.ARCH, wk.OS, wk.WINDOWS_BUILD) or key.startswith("karpenter.k8s.aws/instance-")
+    return key in (wk.INSTANCE_TYPE, wk.ARCH, wk.OS, wk.WINDOWS_BUILD) or key.startswith(
+        "karpenter.k8s.aws/instance-"
+    )
 
 
 def instance_type_mismatch(requirements: Requirements, it: InstanceTypeLike) -> str | None:
@@ -329,7 +331,9 @@ class Scheduler:
             remaining = self._remaining[pool.name]
             if remaining is not None:
                 # Only the resources the NodePool limits count.
-                fitting = [it for it in fitting if all(it.capacity.get(k, 0) <= v for k, v in remaining.items())]
+                fitting = [
+                    it for it in fitting if all(it.capacity.get(k, 0) <= v for k, v in remaining.items())
+                ]
                 if not fitting:
                     last_reason = (
                         f"all instance types exceed nodepool {pool.name!r} limits "

@@ -1,0 +1,147 @@
+"""Adapters with exact contracts: the EKS token, user data, the NodeClaim store and the lease."""
+
+from __future__ import annotations
+
+import base64
+import urllib.parse
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+from moto import mock_aws
+from serverless_karpenter import amifamily, state_schema
+from serverless_karpenter.adapters.eks_token import TOKEN_PREFIX, TokenSource, decode_token, presigned_token
+from serverless_karpenter.adapters.state_store import ConflictError, Lease, NodeClaimStore
+from serverless_karpenter.clock import ManualClock
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        yield
+
+
+def test_token_is_a_presigned_get_caller_identity_url_for_the_cluster(aws: None) -> None:
+    token = presigned_token("prod-blue", "eu-west-1")
+    assert token.startswith(TOKEN_PREFIX) and "=" not in token
+    url = urllib.parse.urlparse(decode_token(token))
+    query = urllib.parse.parse_qs(url.query)
+    assert url.scheme == "https" and url.netloc == "sts.eu-west-1.amazonaws.com"
+    assert query["Action"] == ["GetCallerIdentity"] and query["Version"] == ["2011-06-15"]
+    assert query["X-Amz-Expires"] == ["60"]
+    assert query["X-Amz-Algorithm"] == ["AWS4-HMAC-SHA256"]
+    # The cluster name is a signed header, so the token is only good for this cluster.
+    assert "x-k8s-aws-id" in query["X-Amz-SignedHeaders"][0].split(";")
+    assert query["X-Amz-Credential"][0].split("/")[2:4] == ["eu-west-1", "sts"]
+
+
+def test_token_is_refreshed_before_its_fifteen_minutes_run_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    issued: list[int] = []
+
+    def fake_presign(cluster: str, region: str) -> str:
+        issued.append(len(issued))
+        return f"{TOKEN_PREFIX}{len(issued)}"
+
+    monkeypatch.setattr("serverless_karpenter.adapters.eks_token.presigned_token", fake_presign)
+    clock = ManualClock(NOW)
+    source = TokenSource("c", "us-east-1", clock.now)
+    first = source.token()
+    clock.advance(13 * 60)
+    assert source.token() == first and len(issued) == 1
+    clock.advance(61)  # 14 min 1 s: within a minute of expiry
+    assert source.token() != first and len(issued) == 2
+
+
+def _user_data(family: str) -> str:
+    cluster = amifamily.ClusterInfo("demo", "https://api.example", "Q0E=", "10.100.0.0/16", "1.31")
+    node = amifamily.NodeBootstrap(
+        labels={"karpenter.sh/nodepool": "default", "team": "a"},
+        taints=[
+            {"key": "karpenter.sh/unregistered", "effect": "NoExecute"},
+            {"key": "gpu", "value": "true", "effect": "NoSchedule"},
+        ],
+        max_pods=58,
+        custom_user_data="echo hello",
+    )
+    return amifamily.render_user_data(family, cluster, node)
+
+
+def test_al2023_user_data_is_a_nodeadm_nodeconfig_after_the_users_part() -> None:
+    text = _user_data("AL2023")
+    assert text.startswith("MIME-Version: 1.0")
+    parts = [p for p in text.split("--//") if "Content-Type" in p and "multipart" not in p]
+    assert "echo hello" in parts[0]
+    config = yaml.safe_load(parts[1].split("\n\n", 1)[1])
+    assert config["kind"] == "NodeConfig" and config["spec"]["cluster"]["name"] == "demo"
+    assert config["spec"]["kubelet"]["config"]["maxPods"] == 58
+    flags = config["spec"]["kubelet"]["flags"]
+    assert "--node-labels=karpenter.sh/nodepool=default,team=a" in flags
+    assert "--register-with-taints=karpenter.sh/unregistered:NoExecute,gpu=true:NoSchedule" in flags
+
+
+def test_al2_and_bottlerocket_put_labels_where_they_read_them() -> None:
+    al2 = _user_data("AL2")
+    assert (
+        "/etc/eks/bootstrap.sh 'demo'" in al2
+        and "--max-pods=58" in al2
+        and "--dns-cluster-ip '10.100.0.10'" in al2
+    )
+    bottlerocket = _user_data("Bottlerocket")
+    assert (
+        '"team" = "a"' in bottlerocket
+        and '"gpu" = ["true:NoSchedule"]' in bottlerocket
+        and "max-pods = 58" in bottlerocket
+    )
+    assert _user_data("Custom") == "echo hello"
+    assert base64.b64decode(amifamily.encode("x")).decode() == "x"
+
+
+def _store() -> tuple[NodeClaimStore, Any]:
+    ddb = boto3.client("dynamodb", region_name="us-east-1")
+    ddb.create_table(**state_schema.table_definition("t"))
+    return NodeClaimStore(ddb, "t"), ddb
+
+
+def test_transitions_are_conditional_on_the_version(aws: None) -> None:
+    store, _ = _store()
+    record = store.create(
+        NodeClaimRecord(name="default-abc", nodepool="default", nodeclass="default", created_at=NOW)
+    )
+    with pytest.raises(ConflictError):
+        store.create(record)
+    launched = store.save(record.model_copy(update={"state": NodeClaimState.LAUNCHED, "instance_id": "i-1"}))
+    assert launched.version == 1
+    # A writer holding the old version loses, and the newer state is kept.
+    with pytest.raises(ConflictError):
+        store.save(record.model_copy(update={"state": NodeClaimState.TERMINATED}))
+    assert store.get("default-abc").state == NodeClaimState.LAUNCHED  # type: ignore[union-attr]
+    assert store.find_by_instance_id("i-1").name == "default-abc"  # type: ignore[union-attr]
+    registered = store.save(launched.model_copy(update={"node_name": "ip-1"}))
+    assert store.find_by_node_name("ip-1").version == registered.version  # type: ignore[union-attr]
+    assert [r.name for r in store.list()] == ["default-abc"]
+    with pytest.raises(ConflictError):
+        store.delete(launched)
+    store.delete(registered)
+    assert store.get("default-abc") is None
+
+
+def test_the_lease_has_one_holder_until_it_expires(aws: None) -> None:
+    _, ddb = _store()
+    a, b = Lease(ddb, "t", "provisioner", "a"), Lease(ddb, "t", "provisioner", "b")
+    assert a.acquire(NOW, 60)
+    assert not b.acquire(NOW + timedelta(seconds=30), 60)
+    assert a.acquire(NOW + timedelta(seconds=30), 60)  # renewal by the holder
+    assert not b.acquire(NOW + timedelta(seconds=80), 60)
+    assert b.acquire(NOW + timedelta(seconds=91), 60)
+    assert b.token > a.token  # the fencing token moved on
+    b.release()
+    assert a.acquire(NOW + timedelta(seconds=92), 60)
