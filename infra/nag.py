@@ -18,8 +18,6 @@ from constructs import IConstruct
 if TYPE_CHECKING:
     from infra.stack import ServerlessKarpenterStack
 
-PACK = "AwsSolutions"
-
 # Why a wildcard is needed, by the resource type in the ARN (the part before "/*").
 WILDCARD_RESOURCE_REASONS: dict[str, str] = {
     "image": "RunInstances/CreateFleet use the AMI the EC2NodeClass selects (amiSelectorTerms), often an "
@@ -70,7 +68,8 @@ class NagAcknowledgment:
 
 
 def acknowledge(construct: IConstruct, rule: str, reason: str) -> NagAcknowledgment:
-    Validations.of(construct).acknowledge(Acknowledgment(id=f"{PACK}::{rule}", reason=reason))
+    # The bare rule id: honoured both by synth's validation and by cdk-nag's own validate_scope().
+    Validations.of(construct).acknowledge(Acknowledgment(id=rule, reason=reason))
     return NagAcknowledgment(construct.node.path, rule, reason)
 
 

@@ -1,21 +1,15 @@
-"""The `serverless-karpenter` command."""
+"""The `serverless-karpenter` command. Each subcommand lives in its own module with a ``register``."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import sys
 from collections.abc import Sequence
 
-from serverless_karpenter_cli import simulate as simulate_command
-
-EXAMPLES = {
-    "simulate": (
-        "examples:\n"
-        "  serverless-karpenter simulate\n"
-        "  serverless-karpenter simulate --scenario my-scenario.yaml --json"
-    ),
-}
+# Subcommand modules, in the order `--help` lists them. Each has ``register(subparsers)`` that adds its
+# parser and sets ``run=`` to a function taking the parsed args and returning the exit code.
+COMMANDS = ("simulate", "plan", "status", "explain", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,23 +20,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sim = commands.add_parser(
-        "simulate",
-        help="run the control plane end to end on a local simulated cluster and cloud",
-        description=(
-            "Runs the real Lambda handlers against moto (AWS) and a simulated Kubernetes API server on "
-            "127.0.0.1, on virtual time. No AWS account is needed."
-        ),
-        epilog=EXAMPLES["simulate"],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sim.add_argument(
-        "--scenario", default="default", help="a built-in scenario name or a YAML file (default: %(default)s)"
-    )
-    sim.add_argument(
-        "--json", action="store_true", help="print the report as one JSON object on the last line of stdout"
-    )
-    sim.set_defaults(run=simulate_command.run)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"serverless_karpenter_cli.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"serverless_karpenter_cli.{name}":
+                raise
+            continue
+        module.register(commands)
     return parser
 
 
@@ -53,10 +38,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
-
-def dump(obj: object) -> str:
-    return json.dumps(obj, default=str)
 
 
 if __name__ == "__main__":

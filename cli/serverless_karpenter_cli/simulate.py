@@ -12,6 +12,30 @@ from rich.table import Table
 from serverless_karpenter_sim.scenario import ScenarioError, load_scenario
 
 
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "simulate",
+        help="run the control plane end to end on a local simulated cluster and cloud",
+        description=(
+            "Runs the real Lambda handlers against moto (AWS) and a simulated Kubernetes API server on "
+            "127.0.0.1, on virtual time. No AWS account is needed."
+        ),
+        epilog=(
+            "examples:\n"
+            "  serverless-karpenter simulate\n"
+            "  serverless-karpenter simulate --scenario my-scenario.yaml --json"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--scenario", default="default", help="a built-in scenario name or a YAML file (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the report as one JSON object on the last line of stdout"
+    )
+    parser.set_defaults(run=run)
+
+
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
