@@ -49,11 +49,12 @@ def context_from_files_and_args(argv: list[str]) -> dict[str, object]:
 
 
 def main(argv: list[str]) -> int:
-    from infra.app import build_app
-    from infra.config import ContextError
-
     under_cli = "CDK_CONTEXT_JSON" in os.environ
     context = {} if under_cli else context_from_files_and_args(argv)
+
+    # Imported late: loading aws_cdk starts the jsii runtime, which argument errors need not wait for.
+    from infra.app import build_app
+    from infra.config import ContextError
     outdir = None if under_cli else os.environ.get("CDK_OUTDIR", str(ROOT / "cdk.out"))
     try:
         app, _stacks = build_app(context, outdir=outdir)

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from serverless_karpenter.api.nodeclaim import NodeClaimPhase
 
-class NodeClaimState(StrEnum):
-    PENDING = "Pending"
-    LAUNCHED = "Launched"
-    REGISTERED = "Registered"
-    INITIALIZED = "Initialized"
-    DISRUPTING = "Disrupting"
-    DRAINING = "Draining"
-    TERMINATING = "Terminating"
-    TERMINATED = "Terminated"
+# One enumeration of the durable states, defined with the API models.
+NodeClaimState = NodeClaimPhase
 
 
 # States in which the claim has, or will have, a node that can take pods.

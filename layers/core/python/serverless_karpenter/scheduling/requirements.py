@@ -202,10 +202,10 @@ class Requirement:
     def from_node_selector_requirement(cls, item: Any) -> Requirement:
         """From a dict (``key``/``operator``/``values``/``minValues``) or an object with those attributes."""
         return cls(
-            _field(item, "key"),
-            _field(item, "operator"),
-            _field(item, "values") or (),
-            _field(item, "minValues", "min_values"),
+            field_of(item, "key"),
+            field_of(item, "operator"),
+            field_of(item, "values") or (),
+            field_of(item, "minValues", "min_values"),
         )
 
     # -- queries -----------------------------------------------------------------------------------
@@ -408,7 +408,7 @@ def _single_integer(key: str, operator: str, values: Iterable[str] | None) -> in
     return number
 
 
-def _field(obj: Any, camel: str, snake: str | None = None) -> Any:
+def field_of(obj: Any, camel: str, snake: str | None = None) -> Any:
     """A field of a Kubernetes dict (camelCase) or of an object (snake_case attributes, as the client)."""
     if obj is None:
         return None
@@ -425,12 +425,12 @@ def _field(obj: Any, camel: str, snake: str | None = None) -> Any:
 
 def _pod_spec(pod: Any) -> Any:
     """Accept a pod or a pod spec: a pod spec never has a ``spec`` field."""
-    spec = _field(pod, "spec")
+    spec = field_of(pod, "spec")
     return pod if spec is None else spec
 
 
 def _node_affinity(pod: Any) -> Any:
-    return _field(_field(_pod_spec(pod), "affinity"), "nodeAffinity", "node_affinity")
+    return field_of(field_of(_pod_spec(pod), "affinity"), "nodeAffinity", "node_affinity")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -509,16 +509,16 @@ class Requirements:
         """
         spec = _pod_spec(pod)
         by_key: dict[str, Requirement] = {}
-        node_selector = _field(spec, "nodeSelector", "node_selector") or {}
+        node_selector = field_of(spec, "nodeSelector", "node_selector") or {}
         _add_into(by_key, (Requirement(key, IN, (value,)) for key, value in node_selector.items()))
-        node_affinity = _field(_field(spec, "affinity"), "nodeAffinity", "node_affinity")
+        node_affinity = field_of(field_of(spec, "affinity"), "nodeAffinity", "node_affinity")
         if node_affinity is None:
             return cls._wrap(by_key)
         if include_preferred:
             preferred = _preferred_terms(node_affinity)
             if preferred:
-                heaviest = max(preferred, key=lambda term: _field(term, "weight") or 0)
-                _add_into(by_key, _term_requirements(_field(heaviest, "preference")))
+                heaviest = max(preferred, key=lambda term: field_of(term, "weight") or 0)
+                _add_into(by_key, _term_requirements(field_of(heaviest, "preference")))
         terms = _required_terms(node_affinity)
         if 0 <= required_term < len(terms):
             _add_into(by_key, _term_requirements(terms[required_term]))
@@ -777,22 +777,22 @@ def _collect_values(
 
 
 def _term_requirements(term: Any) -> Iterator[Requirement]:
-    for item in _field(term, "matchExpressions", "match_expressions") or ():
+    for item in field_of(term, "matchExpressions", "match_expressions") or ():
         yield Requirement.from_node_selector_requirement(item)
 
 
 def _required_terms(node_affinity: Any) -> list[Any]:
-    required = _field(
+    required = field_of(
         node_affinity,
         "requiredDuringSchedulingIgnoredDuringExecution",
         "required_during_scheduling_ignored_during_execution",
     )
-    return list(_field(required, "nodeSelectorTerms", "node_selector_terms") or ())
+    return list(field_of(required, "nodeSelectorTerms", "node_selector_terms") or ())
 
 
 def _preferred_terms(node_affinity: Any) -> list[Any]:
     return list(
-        _field(
+        field_of(
             node_affinity,
             "preferredDuringSchedulingIgnoredDuringExecution",
             "preferred_during_scheduling_ignored_during_execution",
@@ -819,7 +819,7 @@ def preferred_node_affinity_terms(pod: Any) -> list[tuple[int, Requirements]]:
     if node_affinity is None:
         return []
     terms = [
-        (int(_field(term, "weight") or 0), Requirements(_term_requirements(_field(term, "preference"))))
+        (int(field_of(term, "weight") or 0), Requirements(_term_requirements(field_of(term, "preference"))))
         for term in _preferred_terms(node_affinity)
     ]
     terms.sort(key=lambda weighted: -weighted[0])

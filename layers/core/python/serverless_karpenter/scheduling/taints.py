@@ -9,9 +9,11 @@ gives that strict first pass.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from serverless_karpenter.scheduling.requirements import field_of
 
 NO_SCHEDULE = "NoSchedule"
 PREFER_NO_SCHEDULE = "PreferNoSchedule"
@@ -19,19 +21,6 @@ NO_EXECUTE = "NoExecute"
 
 EQUAL = "Equal"
 EXISTS = "Exists"
-
-
-def _field(obj: Any, camel: str, snake: str | None = None) -> Any:
-    # A Kubernetes dict uses camelCase; kubernetes-client objects use snake_case attributes.
-    if isinstance(obj, Mapping):
-        value = obj.get(camel)
-        if value is None and snake is not None:
-            value = obj.get(snake)
-        return value
-    value = getattr(obj, snake or camel, None)
-    if value is None and snake is not None:
-        value = getattr(obj, camel, None)
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +33,9 @@ class Taint:
     def from_dict(cls, data: Any) -> Taint:
         """From a Kubernetes taint dict, or an object with the same attributes (``timeAdded`` is dropped)."""
         return cls(
-            key=_field(data, "key") or "",
-            value=_field(data, "value") or "",
-            effect=_field(data, "effect") or "",
+            key=field_of(data, "key") or "",
+            value=field_of(data, "value") or "",
+            effect=field_of(data, "effect") or "",
         )
 
     def to_dict(self) -> dict[str, str]:
@@ -77,13 +66,13 @@ class Toleration:
     @classmethod
     def from_dict(cls, data: Any) -> Toleration:
         """From a Kubernetes toleration dict, or an object with the same attributes."""
-        seconds = _field(data, "tolerationSeconds", "toleration_seconds")
+        seconds = field_of(data, "tolerationSeconds", "toleration_seconds")
         return cls(
-            key=_field(data, "key") or "",
+            key=field_of(data, "key") or "",
             # An empty operator means Equal.
-            operator=_field(data, "operator") or EQUAL,
-            value=_field(data, "value") or "",
-            effect=_field(data, "effect") or "",
+            operator=field_of(data, "operator") or EQUAL,
+            value=field_of(data, "value") or "",
+            effect=field_of(data, "effect") or "",
             toleration_seconds=None if seconds is None else int(seconds),
         )
 
