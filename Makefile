@@ -39,3 +39,6 @@ clean:
 	rm -rf cdk.out .serverless-karpenter .pytest_cache .mypy_cache .ruff_cache
 
 -include Makefile.infra
+
+# The infrastructure targets need the project installed first.
+synth cfn-lint dependency-layer: | $(STAMP)

@@ -55,6 +55,7 @@ def main(argv: list[str]) -> int:
     # Imported late: loading aws_cdk starts the jsii runtime, which argument errors need not wait for.
     from infra.app import build_app
     from infra.config import ContextError
+
     outdir = None if under_cli else os.environ.get("CDK_OUTDIR", str(ROOT / "cdk.out"))
     try:
         app, _stacks = build_app(context, outdir=outdir)

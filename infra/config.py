@@ -1,4 +1,5 @@
-"""The CDK context an operator passes (`cdk deploy -c clusterName=...`), validated into one config per cluster.
+"""The CDK context an operator passes (`cdk deploy -c clusterName=...`), validated into one config per
+cluster.
 
 Parsing is plain Python over a ``get(key)`` callable, so it is tested without synthesizing anything; every
 error names the context key and how to set it, because the operator sees nothing else.
@@ -112,7 +113,9 @@ def cluster_names(get: ContextGetter) -> list[str]:
     elif isinstance(several, list):
         names.extend(str(part).strip() for part in several if str(part).strip())
     elif several is not None:
-        raise ContextError(f"context 'clusterNames' must be a comma-separated string or a list, got {several!r}")
+        raise ContextError(
+            f"context 'clusterNames' must be a comma-separated string or a list, got {several!r}"
+        )
     if not names:
         raise ContextError(
             "missing context 'clusterName': the stack is built for one EKS cluster. Run "

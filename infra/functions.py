@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aws_cdk import Duration
+from aws_cdk import Duration, IgnoreMode
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -54,14 +54,49 @@ class FunctionSpec:
 
 
 FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
-    FunctionSpec("watcher", "Polls for provisionable pods and wakes the provisioner", 256, Duration.seconds(90), 1, True),
-    # Concurrency 1 together with the DynamoDB lease makes it the single writer of capacity decisions.
-    FunctionSpec("provisioner", "Solves, launches and reconciles NodeClaims", 1024, Duration.seconds(300), 1, True),
-    # 20 s, not 60 s: the queue keeps messages 300 s (Karpenter's value), and with 6 x timeout visibility
-    # a failed message must still be retried once and then reach the DLQ inside those 300 s (2 x 120 s).
-    FunctionSpec("interruption", "Acts on EC2 interruption events", 512, Duration.seconds(20), None, False),
-    FunctionSpec("disruption", "Emptiness, expiration, drift and consolidation", 1024, Duration.seconds(300), 1, True),
-    FunctionSpec("termination", "Drains nodes and terminates their instances", 512, Duration.seconds(300), 1, True),
+    FunctionSpec(
+        name="watcher",
+        description="Polls for provisionable pods and wakes the provisioner",
+        memory_mb=256,
+        timeout=Duration.seconds(90),
+        reserved_concurrency=1,
+        scheduled=True,
+    ),
+    FunctionSpec(
+        name="provisioner",
+        description="Solves, launches and reconciles NodeClaims",
+        memory_mb=1024,
+        timeout=Duration.seconds(300),
+        # With the DynamoDB lease, concurrency 1 makes it the single writer of capacity decisions.
+        reserved_concurrency=1,
+        scheduled=True,
+    ),
+    FunctionSpec(
+        name="interruption",
+        description="Acts on EC2 interruption events",
+        memory_mb=512,
+        # 20 s, not 60 s: the queue keeps messages 300 s (Karpenter's value), and with 6 x timeout
+        # visibility a failed message must be retried once and then reach the DLQ inside those 300 s.
+        timeout=Duration.seconds(20),
+        reserved_concurrency=None,
+        scheduled=False,
+    ),
+    FunctionSpec(
+        name="disruption",
+        description="Emptiness, expiration, drift and consolidation",
+        memory_mb=1024,
+        timeout=Duration.seconds(300),
+        reserved_concurrency=1,
+        scheduled=True,
+    ),
+    FunctionSpec(
+        name="termination",
+        description="Drains nodes and terminates their instances",
+        memory_mb=512,
+        timeout=Duration.seconds(300),
+        reserved_concurrency=1,
+        scheduled=True,
+    ),
 )
 SPECS_BY_NAME: dict[str, FunctionSpec] = {spec.name: spec for spec in FUNCTION_SPECS}
 
@@ -100,7 +135,9 @@ class TerminationWorkQueue(Construct):
             enforce_ssl=True,
             retention_period=TERMINATION_QUEUE_RETENTION,
             visibility_timeout=queue_visibility(SPECS_BY_NAME["termination"]),
-            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=TERMINATION_MAX_RECEIVE_COUNT),
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.dead_letter_queue, max_receive_count=TERMINATION_MAX_RECEIVE_COUNT
+            ),
         )
 
 
@@ -133,8 +170,7 @@ class ControlPlaneFunctions(Construct):
             setting_env("interruption_dlq_url"): interruption_dead_letter_queue.queue_url,
             setting_env("node_role_name"): node_role_name,
             setting_env("interruption_rebalance"): config.interruption_rebalance,
-            # Not a Settings field (yet): where drains are queued (termination_queue_url).
-            "TERMINATION_QUEUE_URL": termination_queue.queue_url,
+            setting_env("termination_queue_url"): termination_queue.queue_url,
             "POWERTOOLS_SERVICE_NAME": SERVICE,
             "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE,
             "LOG_LEVEL": config.log_level,
@@ -162,19 +198,27 @@ class ControlPlaneFunctions(Construct):
                 events.Rule(
                     self,
                     f"{construct_name(spec.name)}Schedule",
-                    description=f"serverless-karpenter {config.cluster_name}: run the {spec.name} every minute",
+                    description=f"serverless-karpenter {config.cluster_name}: {spec.name}, every minute",
                     schedule=SCHEDULE,
-                    targets=[targets.LambdaFunction(function, retry_attempts=0, max_event_age=ASYNC_MAX_EVENT_AGE)],
+                    targets=[
+                        targets.LambdaFunction(function, retry_attempts=0, max_event_age=ASYNC_MAX_EVENT_AGE)
+                    ],
                 )
 
         self.functions["interruption"].add_event_source(
-            event_sources.SqsEventSource(interruption_queue, batch_size=SQS_BATCH_SIZE, report_batch_item_failures=True)
+            event_sources.SqsEventSource(
+                interruption_queue, batch_size=SQS_BATCH_SIZE, report_batch_item_failures=True
+            )
         )
         self.functions["termination"].add_event_source(
-            event_sources.SqsEventSource(termination_queue, batch_size=SQS_BATCH_SIZE, report_batch_item_failures=True)
+            event_sources.SqsEventSource(
+                termination_queue, batch_size=SQS_BATCH_SIZE, report_batch_item_failures=True
+            )
         )
 
-    def _add_function(self, spec: FunctionSpec, config: ClusterConfig, environment: Mapping[str, str]) -> None:
+    def _add_function(
+        self, spec: FunctionSpec, config: ClusterConfig, environment: Mapping[str, str]
+    ) -> None:
         name = construct_name(spec.name)
         role = iam.Role(
             self,
@@ -197,7 +241,9 @@ class ControlPlaneFunctions(Construct):
             runtime=RUNTIME,
             architecture=ARCHITECTURE,
             handler=HANDLER,
-            code=lambda_.Code.from_asset(str(FUNCTIONS_DIR / spec.name), exclude=BYTECODE_EXCLUDES),
+            code=lambda_.Code.from_asset(
+                str(FUNCTIONS_DIR / spec.name), exclude=BYTECODE_EXCLUDES, ignore_mode=IgnoreMode.GIT
+            ),
             layers=self.layers.all,
             memory_size=config.memory_overrides_mb.get(spec.name, spec.memory_mb),
             timeout=spec.timeout,
@@ -207,7 +253,9 @@ class ControlPlaneFunctions(Construct):
             log_group=log_group,
             tracing=lambda_.Tracing.ACTIVE,
             # The termination function feeds its own queue with delayed messages on purpose.
-            recursive_loop=lambda_.RecursiveLoop.ALLOW if spec.name == "termination" else lambda_.RecursiveLoop.TERMINATE,
+            recursive_loop=lambda_.RecursiveLoop.ALLOW
+            if spec.name == "termination"
+            else lambda_.RecursiveLoop.TERMINATE,
         )
         self.functions[spec.name] = function
         self.roles[spec.name] = role

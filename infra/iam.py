@@ -1,4 +1,5 @@
-"""IAM: the node role, and the controller permissions each function is granted, scoped as Karpenter scopes them.
+"""IAM: the node role, and the controller permissions each function is granted, scoped as Karpenter scopes
+them.
 
 Each function has its own role holding only the capabilities it uses (:data:`FUNCTION_CAPABILITIES`).
 One shared role would be simpler, but then the watcher, which runs every minute and only reads pods,
@@ -47,23 +48,17 @@ EC2_DESCRIBE_ACTIONS = (
     "ec2:DescribeSpotPriceHistory",
     "ec2:DescribeSubnets",
 )
-STATE_READ_ACTIONS = (
+# Every item call the store and Powertools Idempotency make; no Scan, no table management.
+STATE_ACTIONS = (
     "dynamodb:BatchGetItem",
+    "dynamodb:BatchWriteItem",
     "dynamodb:ConditionCheckItem",
+    "dynamodb:DeleteItem",
     "dynamodb:DescribeTable",
     "dynamodb:GetItem",
-    "dynamodb:Query",
-)
-STATE_WRITE_ACTIONS = (
-    *STATE_READ_ACTIONS,
-    "dynamodb:BatchWriteItem",
-    "dynamodb:DeleteItem",
     "dynamodb:PutItem",
+    "dynamodb:Query",
     "dynamodb:UpdateItem",
-)
-# The EC2 actions that must always carry this cluster's tag condition (see tests/infra).
-TAG_SCOPED_EC2_ACTIONS = frozenset(
-    {"ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate", "ec2:CreateTags", "ec2:TerminateInstances"}
 )
 # Resources a launch *uses* but does not create: EC2 evaluates request tags only on the resources being
 # created (instance, volume, network interface, fleet, launch template, spot request), so these cannot be
@@ -84,12 +79,12 @@ class Capability(StrEnum):
     """A coherent set of permissions; functions are granted capabilities, never raw statements."""
 
     KUBERNETES_API = "kubernetes-api"  # DescribeCluster: endpoint and CA for the presigned-token client
-    STATE_READ = "state-read"
-    STATE_WRITE = "state-write"
+    STATE_READ_WRITE = "state-read-write"
     EC2_READ = "ec2-read"
     EC2_LAUNCH = "ec2-launch"  # CreateFleet/RunInstances/CreateLaunchTemplate, tagging on create, PassRole
     EC2_TAG_INSTANCES = "ec2-tag-instances"  # Name / nodeclaim tags on our instances after launch
-    EC2_TERMINATE = "ec2-terminate"  # TerminateInstances and DeleteLaunchTemplate on our resources
+    EC2_TERMINATE = "ec2-terminate"  # TerminateInstances on our instances
+    EC2_DELETE_LAUNCH_TEMPLATES = "ec2-delete-launch-templates"  # on our launch templates
     INSTANCE_PROFILES = "instance-profiles"  # EC2NodeClass.spec.role: managed instance profiles
     SSM_PUBLIC_PARAMETERS = "ssm-public-parameters"  # EKS-optimised AMI ids
     PRICING = "pricing"
@@ -100,17 +95,18 @@ class Capability(StrEnum):
 
 # Who needs what. The SQS event sources add receive/delete on the queue each function consumes.
 FUNCTION_CAPABILITIES: dict[str, frozenset[Capability]] = {
-    # Lists pending pods and in-flight NodeClaims, then wakes the provisioner.
-    "watcher": frozenset({Capability.KUBERNETES_API, Capability.STATE_READ, Capability.INVOKE_PROVISIONER}),
+    # Lists pending pods and wakes the provisioner; it never touches the table.
+    "watcher": frozenset({Capability.KUBERNETES_API, Capability.INVOKE_PROVISIONER}),
     # The single writer: solves, launches, reconciles the NodeClaim lifecycle and garbage-collects.
     "provisioner": frozenset(
         {
             Capability.KUBERNETES_API,
-            Capability.STATE_WRITE,
+            Capability.STATE_READ_WRITE,
             Capability.EC2_READ,
             Capability.EC2_LAUNCH,
             Capability.EC2_TAG_INSTANCES,
             Capability.EC2_TERMINATE,
+            Capability.EC2_DELETE_LAUNCH_TEMPLATES,
             Capability.INSTANCE_PROFILES,
             Capability.SSM_PUBLIC_PARAMETERS,
             Capability.PRICING,
@@ -120,7 +116,7 @@ FUNCTION_CAPABILITIES: dict[str, frozenset[Capability]] = {
     "interruption": frozenset(
         {
             Capability.KUBERNETES_API,
-            Capability.STATE_WRITE,
+            Capability.STATE_READ_WRITE,
             Capability.EC2_READ,
             Capability.SEND_TERMINATION_WORK,
             Capability.PARK_MALFORMED_INTERRUPTIONS,
@@ -131,7 +127,7 @@ FUNCTION_CAPABILITIES: dict[str, frozenset[Capability]] = {
     "disruption": frozenset(
         {
             Capability.KUBERNETES_API,
-            Capability.STATE_WRITE,
+            Capability.STATE_READ_WRITE,
             Capability.EC2_READ,
             Capability.SSM_PUBLIC_PARAMETERS,
             Capability.PRICING,
@@ -142,7 +138,7 @@ FUNCTION_CAPABILITIES: dict[str, frozenset[Capability]] = {
     "termination": frozenset(
         {
             Capability.KUBERNETES_API,
-            Capability.STATE_WRITE,
+            Capability.STATE_READ_WRITE,
             Capability.EC2_READ,
             Capability.EC2_TERMINATE,
             Capability.SEND_TERMINATION_WORK,
@@ -166,7 +162,9 @@ class NodeRole(Construct):
                 role_name=role_name,
                 description="Nodes launched by serverless-karpenter",
                 assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-                managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(p) for p in NODE_MANAGED_POLICIES],
+                managed_policies=[
+                    iam.ManagedPolicy.from_aws_managed_policy_name(p) for p in NODE_MANAGED_POLICIES
+                ],
             )
         self.instance_profile = iam.CfnInstanceProfile(self, "InstanceProfile", roles=[self.role.role_name])
         self.created = not import_existing
@@ -207,11 +205,17 @@ class ControllerPermissions:
         for resource_type in resource_types:
             # Images and snapshots may be owned by other accounts (public EKS AMIs): no account in the ARN.
             account = "" if resource_type in ("image", "snapshot") else "*"
-            arns.append(self._stack.format_arn(service="ec2", account=account, resource=resource_type, resource_name="*"))
+            arns.append(
+                self._stack.format_arn(
+                    service="ec2", account=account, resource=resource_type, resource_name="*"
+                )
+            )
         return arns
 
     def _instance_profile_arn(self) -> str:
-        return self._stack.format_arn(service="iam", region="", resource="instance-profile", resource_name="*")
+        return self._stack.format_arn(
+            service="iam", region="", resource="instance-profile", resource_name="*"
+        )
 
     def _request_tags(
         self, owner_tag: str, create_actions: list[str] | None = None
@@ -237,12 +241,12 @@ class ControllerPermissions:
     def statements(self, capability: Capability) -> list[iam.PolicyStatement]:
         builder = {
             Capability.KUBERNETES_API: self._kubernetes_api,
-            Capability.STATE_READ: lambda: self._state_access(STATE_READ_ACTIONS, "AllowStateTableRead"),
-            Capability.STATE_WRITE: lambda: self._state_access(STATE_WRITE_ACTIONS, "AllowStateTableReadWrite"),
+            Capability.STATE_READ_WRITE: self._state_read_write,
             Capability.EC2_READ: self._ec2_read,
             Capability.EC2_LAUNCH: self._ec2_launch,
             Capability.EC2_TAG_INSTANCES: self._ec2_tag_instances,
             Capability.EC2_TERMINATE: self._ec2_terminate,
+            Capability.EC2_DELETE_LAUNCH_TEMPLATES: self._ec2_delete_launch_templates,
             Capability.INSTANCE_PROFILES: self._instance_profiles,
             Capability.SSM_PUBLIC_PARAMETERS: self._ssm_public_parameters,
             Capability.PRICING: self._pricing,
@@ -258,15 +262,19 @@ class ControllerPermissions:
             iam.PolicyStatement(
                 sid="AllowAPIServerEndpointDiscovery",
                 actions=["eks:DescribeCluster"],
-                resources=[self._stack.format_arn(service="eks", resource="cluster", resource_name=self._cluster_name)],
+                resources=[
+                    self._stack.format_arn(
+                        service="eks", resource="cluster", resource_name=self._cluster_name
+                    )
+                ],
             )
         ]
 
-    def _state_access(self, actions: Iterable[str], sid: str) -> list[iam.PolicyStatement]:
+    def _state_read_write(self) -> list[iam.PolicyStatement]:
         return [
             iam.PolicyStatement(
-                sid=sid,
-                actions=sorted(actions),
+                sid="AllowStateTableReadWrite",
+                actions=list(STATE_ACTIONS),
                 resources=[self._state.table.table_arn, *self._state.index_arns],
             )
         ]
@@ -313,7 +321,9 @@ class ControllerPermissions:
                 sid="AllowScopedResourceCreationTagging",
                 actions=["ec2:CreateTags"],
                 resources=self._ec2_arns(instance_like),
-                conditions=self._request_tags(labels.NODEPOOL, create_actions=["RunInstances", "CreateFleet"]),
+                conditions=self._request_tags(
+                    labels.NODEPOOL, create_actions=["RunInstances", "CreateFleet"]
+                ),
             ),
             iam.PolicyStatement(
                 sid="AllowScopedLaunchTemplateCreationTagging",
@@ -325,7 +335,9 @@ class ControllerPermissions:
                 sid="AllowPassingInstanceRole",
                 actions=["iam:PassRole"],
                 resources=[self._node_role.role_arn],
-                conditions={"StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]}},
+                conditions={
+                    "StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]}
+                },
             ),
         ]
 
@@ -337,7 +349,9 @@ class ControllerPermissions:
                 resources=self._ec2_arns(["instance"]),
                 conditions={
                     **self._resource_tags(),
-                    "StringEqualsIfExists": {f"aws:RequestTag/{labels.TAG_EKS_CLUSTER_NAME}": self._cluster_name},
+                    "StringEqualsIfExists": {
+                        f"aws:RequestTag/{labels.TAG_EKS_CLUSTER_NAME}": self._cluster_name
+                    },
                     "ForAllValues:StringEquals": {
                         "aws:TagKeys": [labels.TAG_EKS_CLUSTER_NAME, labels.NODECLAIM, labels.TAG_NAME]
                     },
@@ -352,13 +366,17 @@ class ControllerPermissions:
                 actions=["ec2:TerminateInstances"],
                 resources=self._ec2_arns(["instance"]),
                 conditions=self._resource_tags(labels.NODEPOOL),
-            ),
+            )
+        ]
+
+    def _ec2_delete_launch_templates(self) -> list[iam.PolicyStatement]:
+        return [
             iam.PolicyStatement(
                 sid="AllowScopedLaunchTemplateDeletion",
                 actions=["ec2:DeleteLaunchTemplate"],
                 resources=self._ec2_arns(["launch-template"]),
                 conditions=self._resource_tags(labels.EC2NODECLASS),
-            ),
+            )
         ]
 
     def _instance_profiles(self) -> list[iam.PolicyStatement]:
@@ -397,7 +415,11 @@ class ControllerPermissions:
             ),
             iam.PolicyStatement(
                 sid="AllowScopedInstanceProfileActions",
-                actions=["iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"],
+                actions=[
+                    "iam:AddRoleToInstanceProfile",
+                    "iam:RemoveRoleFromInstanceProfile",
+                    "iam:DeleteInstanceProfile",
+                ],
                 resources=[profile_arn],
                 conditions={
                     "StringEquals": resource_scope,
@@ -426,7 +448,11 @@ class ControllerPermissions:
 
     def _pricing(self) -> list[iam.PolicyStatement]:
         # The Price List API has no resources to scope to.
-        return [iam.PolicyStatement(sid="AllowPricingReadActions", actions=["pricing:GetProducts"], resources=["*"])]
+        return [
+            iam.PolicyStatement(
+                sid="AllowPricingReadActions", actions=["pricing:GetProducts"], resources=["*"]
+            )
+        ]
 
     def _invoke_provisioner(self) -> list[iam.PolicyStatement]:
         if self._provisioner is None:

@@ -95,7 +95,9 @@ class InterruptionQueue(Construct):
             enforce_ssl=True,  # the DenyInsecureTransport statement
             retention_period=RETENTION,
             visibility_timeout=visibility_timeout,
-            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=max_receive_count),
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.dead_letter_queue, max_receive_count=max_receive_count
+            ),
         )
 
         self.rules: list[events.CfnRule] = []

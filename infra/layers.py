@@ -25,7 +25,9 @@ DEPENDENCY_LAYER_EXCLUDES = ["/*", "!/python/", "/python/.build-stamp", *BYTECOD
 @cache
 def build_script() -> ModuleType:
     """layers/dependencies/build.py, loaded by path: it is a stand-alone script, not a package module."""
-    spec = importlib.util.spec_from_file_location("serverless_karpenter_dependency_layer_build", DEPENDENCY_LAYER_BUILD_SCRIPT)
+    spec = importlib.util.spec_from_file_location(
+        "serverless_karpenter_dependency_layer_build", DEPENDENCY_LAYER_BUILD_SCRIPT
+    )
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {DEPENDENCY_LAYER_BUILD_SCRIPT}")
     module = importlib.util.module_from_spec(spec)
@@ -38,7 +40,9 @@ def ensure_dependency_layer() -> Path:
     """Build the dependency layer if it is missing or stale (a fresh clone), and return its directory."""
     script = build_script()
     if not script.is_current():
-        print("dependency layer missing or stale: building it (layers/dependencies/build.py)", file=sys.stderr)
+        print(
+            "dependency layer missing or stale: building it (layers/dependencies/build.py)", file=sys.stderr
+        )
         result = script.build()
         print(f"dependency layer: {result.size_bytes / 2**20:.1f} MiB unzipped", file=sys.stderr)
     return Path(script.TARGET)
@@ -74,14 +78,16 @@ class Layers(Construct):
             self,
             "Core",
             description="serverless-karpenter core package",
-            code=lambda_.Code.from_asset(str(CORE_LAYER_DIR), exclude=BYTECODE_EXCLUDES, ignore_mode=IgnoreMode.GIT),
+            code=lambda_.Code.from_asset(
+                str(CORE_LAYER_DIR), exclude=BYTECODE_EXCLUDES, ignore_mode=IgnoreMode.GIT
+            ),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
         )
         self.dependencies = lambda_.LayerVersion(
             self,
             "Dependencies",
-            description="serverless-karpenter third-party dependencies (layers/dependencies/requirements.txt)",
+            description="serverless-karpenter dependencies (layers/dependencies/requirements.txt)",
             code=lambda_.Code.from_asset(
                 str(DEPENDENCY_LAYER_DIR), exclude=DEPENDENCY_LAYER_EXCLUDES, ignore_mode=IgnoreMode.GIT
             ),

@@ -144,14 +144,19 @@ class Monitoring(Construct):
         return alarm
 
     def _add_alarms(
-        self, prefix: str, functions: Mapping[str, lambda_.IFunction], dead_letter_queues: Mapping[str, sqs.IQueue]
+        self,
+        prefix: str,
+        functions: Mapping[str, lambda_.IFunction],
+        dead_letter_queues: Mapping[str, sqs.IQueue],
     ) -> None:
         for name, queue in dead_letter_queues.items():
             self._alarm(
                 f"{name.capitalize()}DeadLetterQueueAlarm",
                 alarm_name=f"{prefix}-{name}-dlq-not-empty",
-                alarm_description=f"Messages in the {name} dead-letter queue: inspect them, then redrive or purge.",
-                metric=queue.metric_approximate_number_of_messages_visible(period=ALARM_PERIOD, statistic="Maximum"),
+                alarm_description=f"Messages in the {name} DLQ: inspect them, then redrive or purge.",
+                metric=queue.metric_approximate_number_of_messages_visible(
+                    period=ALARM_PERIOD, statistic="Maximum"
+                ),
                 threshold=0,
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
                 evaluation_periods=1,
@@ -171,7 +176,7 @@ class Monitoring(Construct):
         self._alarm(
             "ProvisionerStalledAlarm",
             alarm_name=f"{prefix}-provisioner-stalled",
-            alarm_description="No provisioner heartbeat for 5 minutes: pending pods are not being provisioned.",
+            alarm_description="No provisioner heartbeat for 5 minutes: pending pods are not provisioned.",
             metric=metric(MetricName.PROVISIONER_HEARTBEAT, "Sum", period=ALARM_PERIOD),
             threshold=1,
             comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
@@ -182,8 +187,8 @@ class Monitoring(Construct):
             "LaunchErrorRateAlarm",
             alarm_name=f"{prefix}-launch-error-rate",
             alarm_description=(
-                f"More than {LAUNCH_ERROR_RATE_PERCENT}% of launches failed in two of the last three 5-minute "
-                "periods: check capacity errors, quotas and the EC2NodeClass."
+                f"More than {LAUNCH_ERROR_RATE_PERCENT}% of launches failed in two of the last three "
+                "5-minute periods: check capacity errors, quotas and the EC2NodeClass."
             ),
             metric=cw.MathExpression(
                 expression="IF(errors + launched > 0, 100 * errors / (errors + launched), 0)",
@@ -226,7 +231,9 @@ class Monitoring(Construct):
                 elif kind == "throttles":
                     out.append(function.metric_throttles(period=GRAPH_PERIOD, statistic="Sum", label=name))
                 else:
-                    out.append(function.metric_duration(period=GRAPH_PERIOD, statistic="p90", label=f"{name} p90"))
+                    out.append(
+                        function.metric_duration(period=GRAPH_PERIOD, statistic="p90", label=f"{name} p90")
+                    )
             return out
 
         dashboard = cw.Dashboard(
@@ -255,7 +262,11 @@ class Monitoring(Construct):
                 ],
                 width=THIRD,
             ),
-            graph("NodeClaims by state", [by_dimension(MetricName.NODECLAIMS_BY_STATE, "State", "Maximum")], width=THIRD),
+            graph(
+                "NodeClaims by state",
+                [by_dimension(MetricName.NODECLAIMS_BY_STATE, "State", "Maximum")],
+                width=THIRD,
+            ),
             graph(
                 "Provisioner",
                 [metric(MetricName.PROVISIONER_HEARTBEAT, "Sum", "heartbeats")],
@@ -351,7 +362,9 @@ class Monitoring(Construct):
             graph(
                 "Dead-letter queue depth",
                 [
-                    queue.metric_approximate_number_of_messages_visible(period=GRAPH_PERIOD, statistic="Maximum", label=name)
+                    queue.metric_approximate_number_of_messages_visible(
+                        period=GRAPH_PERIOD, statistic="Maximum", label=name
+                    )
                     for name, queue in dead_letter_queues.items()
                 ],
                 [

@@ -19,45 +19,74 @@ if TYPE_CHECKING:
     from infra.stack import ServerlessKarpenterStack
 
 # Why a wildcard is needed, by the resource type in the ARN (the part before "/*").
+_NOT_TAGGABLE = "EC2 evaluates request tags only on resources being created, so (as in Karpenter's policy) "
+_CREATED_AT_RUN_TIME = "created at run time, so their ids are unknown at deploy time; "
 WILDCARD_RESOURCE_REASONS: dict[str, str] = {
-    "image": "RunInstances/CreateFleet use the AMI the EC2NodeClass selects (amiSelectorTerms), often an "
-    "AWS-owned EKS-optimised AMI: its id is only known at run time and it cannot carry our tags",
-    "snapshot": "the snapshots behind the selected AMI's block devices; AWS-owned, so neither known nor "
-    "taggable in advance",
-    "security-group": "security groups are chosen at run time by the EC2NodeClass's securityGroupSelectorTerms; "
-    "EC2 evaluates request tags only on resources being created, so this (as in Karpenter's policy) "
-    "cannot be tag-conditioned",
-    "subnet": "subnets are chosen at run time by the EC2NodeClass's subnetSelectorTerms; EC2 evaluates request "
-    "tags only on resources being created, so this (as in Karpenter's policy) cannot be tag-conditioned",
-    "capacity-reservation": "capacity reservations are chosen at run time by the EC2NodeClass's "
-    "capacityReservationSelectorTerms; they are not created by us and cannot be tag-conditioned",
-    "launch-template": "launch templates are created per EC2NodeClass at run time, so their ids are unknown at "
-    "deploy time; every statement on them requires this cluster's request or resource tags",
-    "instance": "instances are created at run time; launch, tagging and termination all require this cluster's "
-    "request or resource tags",
-    "fleet": "instant fleets are created at run time; the statement requires this cluster's request tags",
-    "volume": "EBS volumes are created with the instances; the statement requires this cluster's request tags",
-    "network-interface": "network interfaces are created with the instances; the statement requires this "
-    "cluster's request tags",
-    "spot-instances-request": "spot requests are created by CreateFleet; the statement requires this cluster's "
-    "request tags",
-    "instance-profile": "instance profiles are created per EC2NodeClass at run time (spec.role); create, tag, "
-    "add/remove role and delete require this cluster's and this region's tags; only GetInstanceProfile "
-    "(read) is unconditioned",
-    "parameter": "ssm:GetParameter on AWS's public parameters under /aws/service/ (EKS-optimised AMI ids) only",
+    "image": (
+        "RunInstances/CreateFleet use the AMI the EC2NodeClass selects (amiSelectorTerms), often an "
+        "AWS-owned EKS-optimised AMI: its id is only known at run time and it cannot carry our tags"
+    ),
+    "snapshot": (
+        "the snapshots behind the selected AMI's block devices: AWS-owned, so neither known nor taggable "
+        "in advance"
+    ),
+    "security-group": (
+        "security groups are chosen at run time by the EC2NodeClass's securityGroupSelectorTerms; "
+        + _NOT_TAGGABLE
+        + "this cannot be tag-conditioned"
+    ),
+    "subnet": (
+        "subnets are chosen at run time by the EC2NodeClass's subnetSelectorTerms; "
+        + _NOT_TAGGABLE
+        + "this cannot be tag-conditioned"
+    ),
+    "capacity-reservation": (
+        "capacity reservations are chosen at run time by the EC2NodeClass's "
+        "capacityReservationSelectorTerms; they are not created by us and cannot be tag-conditioned"
+    ),
+    "launch-template": (
+        "launch templates are "
+        + _CREATED_AT_RUN_TIME
+        + "every statement on them requires this cluster's request or resource tags"
+    ),
+    "instance": (
+        "instances are " + _CREATED_AT_RUN_TIME + "launch, tagging and termination all require this "
+        "cluster's request or resource tags"
+    ),
+    "fleet": "instant fleets are "
+    + _CREATED_AT_RUN_TIME
+    + "the statement requires this cluster's request tags",
+    "volume": "EBS volumes are "
+    + _CREATED_AT_RUN_TIME
+    + "the statement requires this cluster's request tags",
+    "network-interface": (
+        "network interfaces are "
+        + _CREATED_AT_RUN_TIME
+        + "the statement requires this cluster's request tags"
+    ),
+    "spot-instances-request": (
+        "spot requests are " + _CREATED_AT_RUN_TIME + "the statement requires this cluster's request tags"
+    ),
+    "instance-profile": (
+        "instance profiles are created per EC2NodeClass at run time (spec.role); create, tag, add/remove "
+        "role and delete require this cluster's and this region's tags; only GetInstanceProfile (read) "
+        "is unconditioned"
+    ),
+    "parameter": (
+        "ssm:GetParameter on AWS's public parameters under /aws/service/ (EKS-optimised AMI ids) only"
+    ),
 }
 NODE_MANAGED_POLICY_REASON = (
-    "EKS nodes need this AWS-maintained policy (the same four as Karpenter's KarpenterNodeRole: worker node, "
+    "EKS nodes need this AWS-maintained policy (the same four as Karpenter's KarpenterNodeRole: worker "
+    "node, "
     "CNI, ECR read-only, SSM); AWS keeps it in step with EKS, which a copied customer policy would not be"
 )
 RUNTIME_REASON = (
     "Python 3.12 is deliberate: the dependency layer is built for cp312 arm64 wheels "
     "(layers/dependencies/build.py); the runtime and the layer build move together, by a reviewed change"
 )
-UNSCOPABLE_ACTIONS_REASON = (
-    "'*' only for actions AWS offers no resource-level permission for: {actions}"
-    " (EC2 reads are further limited to this region by aws:RequestedRegion)"
-)
+UNSCOPABLE_ACTIONS_REASON = "'*' only for actions AWS offers no resource-level permission for: {actions}"
+REGION_LIMITED_REASON = " (the EC2 reads are limited to this region by aws:RequestedRegion)"
 
 
 @dataclass(frozen=True)
@@ -74,7 +103,8 @@ def acknowledge(construct: IConstruct, rule: str, reason: str) -> NagAcknowledgm
 
 
 def render(value: Any) -> str:
-    """A resolved CloudFormation value as cdk-nag prints it: ``{"Ref": "AWS::Region"}`` is ``<AWS::Region>``."""
+    """A resolved CloudFormation value as cdk-nag prints it: ``{"Ref": "AWS::Region"}`` is
+    ``<AWS::Region>``."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and "Ref" in value:
@@ -105,23 +135,20 @@ def acknowledge_role_wildcards(stack: Stack, role: iam.Role) -> list[NagAcknowle
     acknowledged: list[NagAcknowledgment] = []
     seen: set[str] = set()
     for statement in document.get("Statement", []):
+        actions = _as_list(statement["Action"])
         for resource in _as_list(statement.get("Resource", [])):
             arn = render(resource)
-            if "*" not in arn or arn in seen:
-                if arn == "*":
-                    unscopable.update(_as_list(statement["Action"]))
-                continue
-            seen.add(arn)
             if arn == "*":
-                unscopable.update(_as_list(statement["Action"]))
-                continue
-            resource_type = _wildcard_resource_type(arn)
-            reason = WILDCARD_RESOURCE_REASONS.get(resource_type or "")
-            if reason is None:
-                continue  # no written reason: the finding stays an error
-            acknowledged.append(acknowledge(role, f"AwsSolutions-IAM5[Resource::{arn}]", reason))
+                unscopable.update(actions)
+            elif "*" in arn and arn not in seen:
+                seen.add(arn)
+                reason = WILDCARD_RESOURCE_REASONS.get(_wildcard_resource_type(arn) or "")
+                if reason is not None:  # without a written reason the finding stays an error
+                    acknowledged.append(acknowledge(role, f"AwsSolutions-IAM5[Resource::{arn}]", reason))
     if unscopable:
         reason = UNSCOPABLE_ACTIONS_REASON.format(actions=", ".join(sorted(unscopable)))
+        if any(action.startswith("ec2:") for action in unscopable):
+            reason += REGION_LIMITED_REASON
         acknowledged.append(acknowledge(role, "AwsSolutions-IAM5[Resource::*]", reason))
     return acknowledged
 
@@ -134,7 +161,9 @@ def acknowledge_findings(stack: ServerlessKarpenterStack) -> list[NagAcknowledgm
         assert isinstance(cfn_role, iam.CfnRole)
         for managed_policy in stack.resolve(cfn_role.managed_policy_arns) or []:
             arn = render(managed_policy)
-            acknowledged.append(acknowledge(node_role, f"AwsSolutions-IAM4[Policy::{arn}]", NODE_MANAGED_POLICY_REASON))
+            acknowledged.append(
+                acknowledge(node_role, f"AwsSolutions-IAM4[Policy::{arn}]", NODE_MANAGED_POLICY_REASON)
+            )
     for role in stack.control_plane.roles.values():
         acknowledged.extend(acknowledge_role_wildcards(stack, role))
     for function in stack.control_plane.functions.values():

@@ -16,7 +16,9 @@ class StateTable(Construct):
         self.table = dynamodb.Table(
             self,
             "Table",
-            partition_key=dynamodb.Attribute(name=state_schema.PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+            partition_key=dynamodb.Attribute(
+                name=state_schema.PARTITION_KEY, type=dynamodb.AttributeType.STRING
+            ),
             sort_key=dynamodb.Attribute(name=state_schema.SORT_KEY, type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             time_to_live_attribute=state_schema.TTL_ATTRIBUTE,

@@ -24,7 +24,9 @@ from serverless_karpenter.interruption.usecases import act_on, park_malformed
 from serverless_karpenter.observability import logger, metrics, tracer
 from serverless_karpenter.runtime import control_plane
 
-processor = BatchProcessor(event_type=EventType.SQS)
+# A batch whose every message failed is reported like any other partial failure (all items listed)
+# rather than raised: SQS retries the same messages either way, and a transient blip is no Lambda error.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 persistence = DynamoDBPersistenceLayer(
     table_name=os.environ.get("STATE_TABLE_NAME", "serverless-karpenter"),
     key_attr=state_schema.PARTITION_KEY,

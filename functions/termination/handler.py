@@ -1,25 +1,67 @@
-"""Termination: advances every drain in progress by one pass (schedule and delayed SQS messages)."""
+"""Termination: advances every drain in progress by one pass (schedule and delayed SQS messages).
+
+Invoked by the one-minute schedule and by its own termination-work queue: while drains remain, each
+pass sends a message delayed ``TERMINATION_REQUEUE_SECONDS`` (5 s), so a drain advances every few
+seconds without a Lambda sleeping through it. A batch of such messages is one pass and one re-queue,
+so parallel chains merge; a scheduled pass starts a chain only when none has run lately.
+"""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from serverless_karpenter.adapters import aws
 from serverless_karpenter.observability import logger, metrics, tracer
 from serverless_karpenter.runtime import control_plane
-from serverless_karpenter.termination.terminator import Terminator
+from serverless_karpenter.termination.usecases import run_termination
+
+_last_requeue: datetime | None = None
+
+
+def _invoke_provisioner(payload: dict[str, object]) -> None:
+    plane = control_plane()
+    if not plane.settings.provisioner_function_name:
+        return  # the provisioner's own schedule picks the drained pods up
+    aws.client("lambda", plane.settings.aws_region).invoke(
+        FunctionName=plane.settings.provisioner_function_name,
+        InvocationType="Event",
+        Payload=json.dumps(payload).encode(),
+    )
+
+
+# Replaced by the simulator, which runs the provisioner in-process.
+invoke_provisioner = _invoke_provisioner
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    global _last_requeue
     plane = control_plane()
     logger.append_keys(cluster=plane.settings.cluster_name)
-    progress = Terminator(plane).reconcile()
+    now = plane.clock.now()
+    from_queue = bool((event or {}).get("Records"))
+    chain_alive = _last_requeue is not None and now - _last_requeue < timedelta(
+        seconds=3 * max(1, plane.settings.termination_requeue_seconds)
+    )
+    run = run_termination(
+        plane,
+        lambda payload: invoke_provisioner(payload),  # noqa: PLW0108 - looked up at call time
+        requeue=from_queue or not chain_alive,
+    )
+    if run.requeued:
+        _last_requeue = now
+    progress = run.progress
+    # Messages are only a wake-up call: a batch is always acknowledged whole.
     return {
         "nodes": [p.node for p in progress],
         "finished": [p.node for p in progress if p.finished],
         "evicted": sum(len(p.evicted) for p in progress),
         "blocked": sum(len(p.blocked) for p in progress),
+        "requeued": run.requeued,
+        "batchItemFailures": [],
     }

@@ -90,7 +90,9 @@ def is_current(target: Path = TARGET) -> bool:
 
 def directory_size(path: Path) -> int:
     """Bytes of every regular file below ``path``: what Lambda counts against the unzipped limit."""
-    return sum(entry.stat().st_size for entry in path.rglob("*") if entry.is_file() and not entry.is_symlink())
+    return sum(
+        entry.stat().st_size for entry in path.rglob("*") if entry.is_file() and not entry.is_symlink()
+    )
 
 
 def _dist_info_directories(site: Path) -> dict[str, Path]:

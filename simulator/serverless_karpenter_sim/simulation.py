@@ -29,6 +29,8 @@ from serverless_karpenter.scheduling.resources import format_quantity
 from serverless_karpenter_sim.cloud import REGION, CloudResources, SimulatedCloud
 from serverless_karpenter_sim.cluster import KubeletFleet, NodeShape, SimInstance, WorkloadControllers
 from serverless_karpenter_sim.cluster import Scheduler as KubeScheduler
+from serverless_karpenter_sim.faults import FaultInjector
+from serverless_karpenter_sim.invariants import InvariantReport, Invariants
 from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
 from serverless_karpenter_sim.lambdas import LambdaRuntime
 from serverless_karpenter_sim.scenario import Scenario, Step
@@ -74,9 +76,13 @@ class SimulationReport:
     lambda_invocations: dict[str, int] = field(default_factory=dict)
     lambda_errors: dict[str, int] = field(default_factory=dict)
     pdb_violations: int = 0
+    invariants: InvariantReport | None = None
+    faults_injected: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "invariants": self.invariants.to_json() if self.invariants else None,
+            "faults_injected": self.faults_injected,
             "scenario": self.scenario,
             "virtual_seconds": self.virtual_seconds,
             "pods": self.pods,
@@ -176,6 +182,8 @@ class Simulation:
         self._states: dict[str, str] = {}
         self._started = False
         self.resources: CloudResources | None = None
+        self.faults = FaultInjector(self)
+        self.invariants = Invariants(self)
 
     # -- set-up --------------------------------------------------------------------------------------
 
@@ -210,9 +218,13 @@ class Simulation:
         watcher = self.lambdas.handler("watcher")
         # The watcher invokes the provisioner through Lambda; here that is an in-process call.
         watcher.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)  # type: ignore[attr-defined]
+        # Termination hands a draining node's pods to provisioning the same way (issue 6).
+        termination = self.lambdas.handler("termination")
+        termination.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)  # type: ignore[attr-defined]
         ec2 = self.cloud.client("ec2")
         self.ec2 = ec2
         self.sqs = self.cloud.client("sqs")
+        self.faults.hook_ledger()
         self.controllers = WorkloadControllers(self.api_client)
         self.scheduler = KubeScheduler(self.api_client)
         self.kubelets = KubeletFleet(
@@ -325,19 +337,25 @@ class Simulation:
         self.note("raw message sent to the interruption queue")
 
     def fault(self, spec: dict[str, Any]) -> None:
-        if "crash" in spec:
-            crashpoints.arm(str(spec["crash"]), int(spec.get("times", 1)))
-            self.note(f"fault armed: crash at {spec['crash']}")
-            return
-        raise ValueError(f"fault {spec!r}: supported faults: crash")
+        """Arm a fault (see ``faults.py`` for the kinds); ``{crash: NAME}`` arms a named crash point."""
+        self.note(f"fault armed: {self.faults.arm(self._resolve_all(spec))}")
 
     # -- the loop ------------------------------------------------------------------------------------
 
     def _invoke(self, name: str, event: dict[str, Any]) -> Any:
         try:
-            return self.lambdas.invoke(name, event)
+            with self.faults.invocation(name):
+                return self.lambdas.invoke(name, event)
         except crashpoints.InjectedCrash as crash:
             self.note(f"{name} crashed at {crash}")
+            return None
+        except Exception as error:
+            # Under injected faults a failed invocation is what Lambda would report and retry; without
+            # any fault armed it is a bug and surfaces.
+            if not self.faults.armed:
+                raise
+            self.faults.lambda_failures.append(f"{name}: {type(error).__name__}: {error}")
+            self.note(f"{name} failed: {type(error).__name__}")
             return None
 
     def _due(self, name: str, every: float) -> bool:
@@ -474,6 +492,7 @@ class Simulation:
             self.start()
         for step in self.scenario.steps:
             self.run_step(step)
+            self.check_invariants()
         deadline = self.elapsed + self.scenario.settle_seconds
         # Give the control plane a moment before judging, then run until settled.
         self.run_for(2 * self.schedule.tick_seconds)
@@ -483,7 +502,15 @@ class Simulation:
             self.note("settled: every pod Running, no NodeClaim in transition")
         else:
             self.note(f"not settled after {self.scenario.settle_seconds:.0f}s")
+        self.check_invariants(final=True)
         return self.report()
+
+    def check_invariants(self, final: bool = False) -> InvariantReport:
+        """Check the fault-tolerance invariants now; violations go on the timeline."""
+        report = self.invariants.check(final=final)
+        for violation in report.violations():
+            self.note(f"invariant violated: {violation}")
+        return report
 
     def report(self) -> SimulationReport:
         pods = [p for p in self.kube.list_pods() if not podlib.is_terminal(p)]
@@ -533,6 +560,8 @@ class Simulation:
             lambda_invocations=dict(self.lambdas.invocations),
             lambda_errors=dict(self.lambdas.errors),
             pdb_violations=self.kube_server.audit.pdb_violations,
+            invariants=self.invariants.reports[-1] if self.invariants.reports else None,
+            faults_injected=self.faults.total_injected + sum(crashpoints.hits.values()),
         )
 
 

@@ -37,7 +37,11 @@ def test_cdk_nag_aws_solutions_has_no_errors_on_a_fresh_run(synthesized: Synthes
     from cdk_nag import AwsSolutionsChecks
 
     report = AwsSolutionsChecks().validate_scope(synthesized.stacks[cluster])
-    errors = [f"{v.rule_name}: {v.description[:80]}" for v in report.violations if str(v.severity).lower() == "error"]
+    errors = [
+        f"{v.rule_name}: {v.description[:80]}"
+        for v in report.violations
+        if str(v.severity).lower() == "error"
+    ]
     assert errors == []
 
 
@@ -50,12 +54,16 @@ def test_every_acknowledgment_is_specific_and_reasoned(synthesized: Synthesized)
             assert acknowledgment.path.startswith(stack.node.path + "/")
             # Granular rules are acknowledged one finding at a time.
             if acknowledgment.rule.startswith(GRANULAR_RULES):
-                assert re.fullmatch(r"AwsSolutions-IAM[45]\[(Resource|Policy|Action)::.+\]", acknowledgment.rule)
+                assert re.fullmatch(
+                    r"AwsSolutions-IAM[45]\[(Resource|Policy|Action)::.+\]", acknowledgment.rule
+                )
             assert len(acknowledgment.reason) >= 40, acknowledgment
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_every_acknowledgment_matches_something_in_the_template(synthesized: Synthesized, cluster: str) -> None:
+def test_every_acknowledgment_matches_something_in_the_template(
+    synthesized: Synthesized, cluster: str
+) -> None:
     """No acknowledgment is left over from code that changed: each names what the template really has."""
     stack = synthesized.stacks[cluster]
     resources = synthesized.templates[cluster]["Resources"]
@@ -66,7 +74,7 @@ def test_every_acknowledgment_matches_something_in_the_template(synthesized: Syn
             construct = construct.node.find_child(part)
         if child is not None:
             construct = construct.node.find_child(child)
-        return resources[stack.get_logical_id(construct.node.default_child)]  # type: ignore[no-any-return]
+        return resources[stack.get_logical_id(construct.node.default_child)]
 
     for acknowledgment in stack.acknowledgments:
         rule, _, finding = acknowledgment.rule.partition("[")

@@ -12,6 +12,7 @@ import pytest
 
 from infra.config import (
     DEFAULT_NODE_ROLE_NAME,
+    ClusterConfig,
     ContextError,
     context_getter,
     read_cluster_configs,
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.infra
 REPO = Path(__file__).resolve().parents[2]
 
 
-def configs(**context: object) -> list:  # type: ignore[type-arg]
+def configs(**context: object) -> list[ClusterConfig]:
     return read_cluster_configs(context_getter(context))
 
 
@@ -77,7 +78,10 @@ def test_every_context_key_is_read() -> None:
 def test_several_clusters_from_a_string_or_a_list() -> None:
     assert [c.cluster_name for c in configs(clusterNames="a, b,,c")] == ["a", "b", "c"]
     assert [c.cluster_name for c in configs(clusterNames=["x", "y"], clusterName="x")] == ["x", "y"]
-    assert [c.node_role_name for c in configs(clusterNames="a,b")] == ["KarpenterNodeRole-a", "KarpenterNodeRole-b"]
+    assert [c.node_role_name for c in configs(clusterNames="a,b")] == [
+        "KarpenterNodeRole-a",
+        "KarpenterNodeRole-b",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -113,7 +117,15 @@ def _env() -> dict[str, str]:
 def test_app_py_without_cluster_name_exits_with_the_message(tmp_path: Path) -> None:
     env = _env()
     env["CDK_OUTDIR"] = str(tmp_path / "cdk.out")
-    result = subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "app.py"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 2
     assert "missing context 'clusterName'" in result.stderr
     assert not list((tmp_path / "cdk.out").glob("*.template.json"))
@@ -121,7 +133,13 @@ def test_app_py_without_cluster_name_exits_with_the_message(tmp_path: Path) -> N
 
 def test_app_py_rejects_malformed_context_arguments() -> None:
     result = subprocess.run(
-        [sys.executable, "app.py", "-c", "clusterName"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60
+        [sys.executable, "app.py", "-c", "clusterName"],
+        check=False,
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode != 0
     assert "key=value" in result.stderr

@@ -81,7 +81,9 @@ def staged_asset(synthesized: Synthesized, code: dict[str, Any]) -> Path:
 
 
 def queue_by_prefix(template: dict[str, Any], prefix: str) -> tuple[str, dict[str, Any]]:
-    matches = [(k, v) for k, v in resources_of_type(template, "AWS::SQS::Queue").items() if k.startswith(prefix)]
+    matches = [
+        (k, v) for k, v in resources_of_type(template, "AWS::SQS::Queue").items() if k.startswith(prefix)
+    ]
     assert len(matches) == 1, (prefix, [k for k, _ in matches])
     return matches[0]
 
@@ -90,10 +92,16 @@ def queue_by_prefix(template: dict[str, Any], prefix: str) -> tuple[str, dict[st
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_five_interruption_rules_with_exact_patterns_target_the_queue(synthesized: Synthesized, cluster: str) -> None:
+def test_five_interruption_rules_with_exact_patterns_target_the_queue(
+    synthesized: Synthesized, cluster: str
+) -> None:
     template = synthesized.templates[cluster]
     queue_id, _ = queue_by_prefix(template, "InterruptionQueue")
-    rules = [r["Properties"] for r in resources_of_type(template, "AWS::Events::Rule").values() if "EventPattern" in r["Properties"]]
+    rules = [
+        r["Properties"]
+        for r in resources_of_type(template, "AWS::Events::Rule").values()
+        if "EventPattern" in r["Properties"]
+    ]
     patterns = sorted(json.dumps(r["EventPattern"], sort_keys=True) for r in rules)
     assert patterns == sorted(json.dumps(p, sort_keys=True) for p in EXPECTED_INTERRUPTION_PATTERNS)
     for rule in rules:
@@ -132,11 +140,20 @@ def test_interruption_queue_policy_allows_only_eventbridge_and_sqs_and_denies_pl
     ]
     assert len(policies) == 1
     allows = [s for s in policies[0] if s["Effect"] == "Allow"]
-    assert {p for s in allows for p in as_list(s["Principal"]["Service"])} == {"events.amazonaws.com", "sqs.amazonaws.com"}
+    assert {p for s in allows for p in as_list(s["Principal"]["Service"])} == {
+        "events.amazonaws.com",
+        "sqs.amazonaws.com",
+    }
     assert all(s["Action"] == "sqs:SendMessage" for s in allows)
     events_statement = next(s for s in allows if s["Principal"]["Service"] == "events.amazonaws.com")
-    rule_ids = {k for k, r in resources_of_type(template, "AWS::Events::Rule").items() if "EventPattern" in r["Properties"]}
-    assert {a["Fn::GetAtt"][0] for a in events_statement["Condition"]["ArnEquals"]["aws:SourceArn"]} == rule_ids
+    rule_ids = {
+        k
+        for k, r in resources_of_type(template, "AWS::Events::Rule").items()
+        if "EventPattern" in r["Properties"]
+    }
+    assert {
+        a["Fn::GetAtt"][0] for a in events_statement["Condition"]["ArnEquals"]["aws:SourceArn"]
+    } == rule_ids
     assert {
         "Effect": "Deny",
         "Principal": {"AWS": "*"},
@@ -159,7 +176,10 @@ def test_every_queue_is_encrypted_tls_only_and_dead_lettered(synthesized: Synthe
     tls_denied = {
         q["Ref"]
         for p in resources_of_type(template, "AWS::SQS::QueuePolicy").values()
-        if any(s["Effect"] == "Deny" and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}} for s in p["Properties"]["PolicyDocument"]["Statement"])
+        if any(
+            s["Effect"] == "Deny" and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+            for s in p["Properties"]["PolicyDocument"]["Statement"]
+        )
         for q in p["Properties"]["Queues"]
     }
     for logical_id, queue in queues.items():
@@ -169,9 +189,13 @@ def test_every_queue_is_encrypted_tls_only_and_dead_lettered(synthesized: Synthe
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_sqs_visibility_is_at_least_six_times_the_consumer_timeout(synthesized: Synthesized, cluster: str) -> None:
+def test_sqs_visibility_is_at_least_six_times_the_consumer_timeout(
+    synthesized: Synthesized, cluster: str
+) -> None:
     template = synthesized.templates[cluster]
-    functions = {logical_id: res for logical_id, res in resources_of_type(template, "AWS::Lambda::Function").items()}
+    functions = {
+        logical_id: res for logical_id, res in resources_of_type(template, "AWS::Lambda::Function").items()
+    }
     queues = resources_of_type(template, "AWS::SQS::Queue")
     mappings = resources_of_type(template, "AWS::Lambda::EventSourceMapping")
     assert len(mappings) == 2
@@ -188,7 +212,9 @@ def test_sqs_visibility_is_at_least_six_times_the_consumer_timeout(synthesized: 
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_state_table_has_pitr_ttl_encryption_and_the_gsis_the_code_queries(synthesized: Synthesized, cluster: str) -> None:
+def test_state_table_has_pitr_ttl_encryption_and_the_gsis_the_code_queries(
+    synthesized: Synthesized, cluster: str
+) -> None:
     template = Template.from_json(synthesized.templates[cluster])
     template.resource_count_is("AWS::DynamoDB::Table", 1)
     template.has_resource(
@@ -218,7 +244,8 @@ def test_state_table_has_pitr_ttl_encryption_and_the_gsis_the_code_queries(synth
     # The same definition the local simulator creates.
     local = state_schema.table_definition("t")
     assert sorted(table["Properties"]["AttributeDefinitions"], key=lambda a: a["AttributeName"]) == sorted(
-        local["AttributeDefinitions"], key=lambda a: a["AttributeName"]  # type: ignore[arg-type, index]
+        local["AttributeDefinitions"],
+        key=lambda a: a["AttributeName"],
     )
 
 
@@ -226,7 +253,9 @@ def test_state_table_has_pitr_ttl_encryption_and_the_gsis_the_code_queries(synth
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_functions_runtime_architecture_sizes_tracing_logs_and_layers(synthesized: Synthesized, cluster: str) -> None:
+def test_functions_runtime_architecture_sizes_tracing_logs_and_layers(
+    synthesized: Synthesized, cluster: str
+) -> None:
     template = synthesized.templates[cluster]
     log_groups = resources_of_type(template, "AWS::Logs::LogGroup")
     layers = resources_of_type(template, "AWS::Lambda::LayerVersion")
@@ -251,7 +280,9 @@ def test_functions_runtime_architecture_sizes_tracing_logs_and_layers(synthesize
         source = REPO / "functions" / name
         staged_files = sorted(str(p.relative_to(code)) for p in code.rglob("*") if p.is_file())
         source_files = sorted(
-            str(p.relative_to(source)) for p in source.rglob("*") if p.is_file() and p.suffix not in (".pyc", ".pyo")
+            str(p.relative_to(source))
+            for p in source.rglob("*")
+            if p.is_file() and p.suffix not in (".pyc", ".pyo")
         )
         assert staged_files == source_files, logical_id
         assert (code / "handler.py").read_text() == (source / "handler.py").read_text()
@@ -260,7 +291,9 @@ def test_functions_runtime_architecture_sizes_tracing_logs_and_layers(synthesize
 def test_layers_ship_the_core_package_and_the_trimmed_dependencies(synthesized: Synthesized) -> None:
     layers = resources_of_type(synthesized.templates[CLUSTERS[0]], "AWS::Lambda::LayerVersion")
     contents = {
-        logical_id: {p.name for p in (staged_asset(synthesized, layer["Properties"]["Content"]) / "python").iterdir()}
+        logical_id: {
+            p.name for p in (staged_asset(synthesized, layer["Properties"]["Content"]) / "python").iterdir()
+        }
         for logical_id, layer in layers.items()
     }
     core = next(names for logical_id, names in contents.items() if "Core" in logical_id)
@@ -275,7 +308,7 @@ def test_layers_ship_the_core_package_and_the_trimmed_dependencies(synthesized: 
 @pytest.mark.parametrize("cluster", CLUSTERS)
 def test_function_environment_names_are_settings_fields(synthesized: Synthesized, cluster: str) -> None:
     settings_env = {field.upper() for field in Settings.model_fields}
-    extra = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "LOG_LEVEL", "TERMINATION_QUEUE_URL"}
+    extra = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "LOG_LEVEL"}
     for name, (_, function) in functions_by_name(synthesized.templates[cluster]).items():
         env = function["Properties"]["Environment"]["Variables"]
         assert set(env) <= settings_env | extra, set(env) - settings_env - extra
@@ -284,7 +317,13 @@ def test_function_environment_names_are_settings_fields(synthesized: Synthesized
         assert env["POWERTOOLS_SERVICE_NAME"] == SERVICE
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == NAMESPACE
         assert env["INTERRUPTION_REBALANCE"] == "event"
-        for key in ("STATE_TABLE_NAME", "INTERRUPTION_QUEUE_URL", "INTERRUPTION_DLQ_URL", "NODE_ROLE_NAME"):
+        for key in (
+            "STATE_TABLE_NAME",
+            "INTERRUPTION_QUEUE_URL",
+            "INTERRUPTION_DLQ_URL",
+            "TERMINATION_QUEUE_URL",
+            "NODE_ROLE_NAME",
+        ):
             assert key in env, (name, key)
         assert ("PROVISIONER_FUNCTION_NAME" in env) == (name == "watcher")
 
@@ -325,7 +364,9 @@ def test_unzipped_function_and_layers_size_is_under_lambda_limit(synthesized: Sy
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_launch_tag_and_terminate_statements_carry_this_clusters_tag_condition(synthesized: Synthesized, cluster: str) -> None:
+def test_launch_tag_and_terminate_statements_carry_this_clusters_tag_condition(
+    synthesized: Synthesized, cluster: str
+) -> None:
     template = synthesized.templates[cluster]
     cluster_tag = f"kubernetes.io/cluster/{cluster}"
     checked = 0
@@ -337,7 +378,9 @@ def test_launch_tag_and_terminate_statements_carry_this_clusters_tag_condition(s
         resources = [render(r) for r in as_list(statement["Resource"])]
         equals = statement.get("Condition", {}).get("StringEquals", {})
         tag_condition = {
-            key: value for key, value in equals.items() if key in (f"aws:RequestTag/{cluster_tag}", f"aws:ResourceTag/{cluster_tag}")
+            key: value
+            for key, value in equals.items()
+            if key in (f"aws:RequestTag/{cluster_tag}", f"aws:ResourceTag/{cluster_tag}")
         }
         if tag_condition:
             assert set(tag_condition.values()) == {"owned"}, statement
@@ -378,11 +421,16 @@ def test_no_statement_grants_every_action(synthesized: Synthesized, cluster: str
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_wildcard_resources_only_where_aws_offers_no_resource_level_permission(synthesized: Synthesized, cluster: str) -> None:
+def test_wildcard_resources_only_where_aws_offers_no_resource_level_permission(
+    synthesized: Synthesized, cluster: str
+) -> None:
     unscopable_prefixes = ("ec2:Describe", "xray:Put", "pricing:GetProducts")
     for logical_id, statement in statements(synthesized.templates[cluster], "identity"):
         if as_list(statement["Resource"]) == ["*"]:
-            assert all(a.startswith(unscopable_prefixes) for a in as_list(statement["Action"])), (logical_id, statement)
+            assert all(a.startswith(unscopable_prefixes) for a in as_list(statement["Action"])), (
+                logical_id,
+                statement,
+            )
             if any(a.startswith("ec2:Describe") for a in as_list(statement["Action"])):
                 assert statement["Condition"]["StringEquals"]["aws:RequestedRegion"] == {"Ref": "AWS::Region"}
 
@@ -396,7 +444,9 @@ def test_data_queue_cluster_and_parameter_access_is_scoped(synthesized: Synthesi
         actions = as_list(statement["Action"])
         resources = [render(r) for r in as_list(statement["Resource"])]
         if any(a.startswith("dynamodb:") for a in actions):
-            allowed = {f"<{table_id}.Arn>"} | {f"<{table_id}.Arn>/index/{i}" for i in state_schema.GLOBAL_SECONDARY_INDEXES}
+            allowed = {f"<{table_id}.Arn>"} | {
+                f"<{table_id}.Arn>/index/{i}" for i in state_schema.GLOBAL_SECONDARY_INDEXES
+            }
             assert set(resources) <= allowed, (logical_id, resources)
         if any(a.startswith("sqs:") for a in actions):
             assert {r.split(".")[0].strip("<") for r in resources} <= queue_ids, (logical_id, resources)
@@ -412,7 +462,11 @@ def test_only_the_watcher_may_invoke_and_only_the_provisioner(synthesized: Synth
     functions = functions_by_name(template)
     for name, (logical_id, _) in functions.items():
         role = role_of_function(template, logical_id)
-        invokes = [s for s in identity_statements_of_role(template, role) if "lambda:InvokeFunction" in as_list(s["Action"])]
+        invokes = [
+            s
+            for s in identity_statements_of_role(template, role)
+            if "lambda:InvokeFunction" in as_list(s["Action"])
+        ]
         if name == "watcher":
             assert [s["Resource"] for s in invokes] == [{"Fn::GetAtt": [functions["provisioner"][0], "Arn"]}]
         else:
@@ -420,7 +474,9 @@ def test_only_the_watcher_may_invoke_and_only_the_provisioner(synthesized: Synth
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_each_function_has_its_own_role_and_only_the_provisioner_launches(synthesized: Synthesized, cluster: str) -> None:
+def test_each_function_has_its_own_role_and_only_the_provisioner_launches(
+    synthesized: Synthesized, cluster: str
+) -> None:
     template = synthesized.templates[cluster]
     functions = functions_by_name(template)
     roles = {name: role_of_function(template, logical_id) for name, (logical_id, _) in functions.items()}
@@ -429,18 +485,28 @@ def test_each_function_has_its_own_role_and_only_the_provisioner_launches(synthe
         actions = {a for s in identity_statements_of_role(template, role) for a in as_list(s["Action"])}
         assert ("ec2:CreateFleet" in actions) == (name == "provisioner"), name
         assert ("ec2:TerminateInstances" in actions) == (name in ("provisioner", "termination")), name
+        assert ("ec2:DeleteLaunchTemplate" in actions) == (name == "provisioner"), name
         assert ("dynamodb:PutItem" in actions) == (name != "watcher"), name
+        assert ("dynamodb:GetItem" in actions) == (name != "watcher"), name
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_node_role_has_the_four_node_policies_and_an_instance_profile(synthesized: Synthesized, cluster: str) -> None:
+def test_node_role_has_the_four_node_policies_and_an_instance_profile(
+    synthesized: Synthesized, cluster: str
+) -> None:
     template = Template.from_json(synthesized.templates[cluster])
     template.has_resource_properties(
         "AWS::IAM::Role",
         {
             "RoleName": f"KarpenterNodeRole-{cluster}",
             "AssumeRolePolicyDocument": {
-                "Statement": [{"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}}],
+                "Statement": [
+                    {
+                        "Action": "sts:AssumeRole",
+                        "Effect": "Allow",
+                        "Principal": {"Service": "ec2.amazonaws.com"},
+                    }
+                ],
                 "Version": "2012-10-17",
             },
             "ManagedPolicyArns": [
@@ -456,13 +522,19 @@ def test_node_role_has_the_four_node_policies_and_an_instance_profile(synthesize
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_access_entries_for_every_function_role_and_the_node_role(synthesized: Synthesized, cluster: str) -> None:
+def test_access_entries_for_every_function_role_and_the_node_role(
+    synthesized: Synthesized, cluster: str
+) -> None:
     template = synthesized.templates[cluster]
     rbac = list(yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()))
     binding = next(doc for doc in rbac if doc["kind"] == "ClusterRoleBinding")
-    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": KUBERNETES_GROUP}]
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": KUBERNETES_GROUP}
+    ]
     entries = resources_of_type(template, "AWS::EKS::AccessEntry")
-    function_roles = {role_of_function(template, logical_id) for logical_id, _ in functions_by_name(template).values()}
+    function_roles = {
+        role_of_function(template, logical_id) for logical_id, _ in functions_by_name(template).values()
+    }
     standard = [e["Properties"] for e in entries.values() if e["Properties"]["Type"] == "STANDARD"]
     assert {e["PrincipalArn"]["Fn::GetAtt"][0] for e in standard} == function_roles
     for entry in standard:
@@ -477,7 +549,9 @@ def test_access_entries_for_every_function_role_and_the_node_role(synthesized: S
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_alarms_for_dlq_depth_errors_stalled_provisioner_and_launch_error_rate(synthesized: Synthesized, cluster: str) -> None:
+def test_alarms_for_dlq_depth_errors_stalled_provisioner_and_launch_error_rate(
+    synthesized: Synthesized, cluster: str
+) -> None:
     template = synthesized.templates[cluster]
     alarms = [a["Properties"] for a in resources_of_type(template, "AWS::CloudWatch::Alarm").values()]
     topic = next(iter(resources_of_type(template, "AWS::SNS::Topic")))
@@ -501,14 +575,14 @@ def test_alarms_for_dlq_depth_errors_stalled_provisioner_and_launch_error_rate(s
 
     rate = [a for a in alarms if "Metrics" in a]
     assert len(rate) == 1
-    used = {
-        m["MetricStat"]["Metric"]["MetricName"] for m in rate[0]["Metrics"] if "MetricStat" in m
-    }
+    used = {m["MetricStat"]["Metric"]["MetricName"] for m in rate[0]["Metrics"] if "MetricStat" in m}
     assert used == {MetricName.LAUNCH_ERRORS, MetricName.NODECLAIMS_LAUNCHED}
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_alarm_topic_is_encrypted_tls_only_and_mails_the_context_address(synthesized: Synthesized, cluster: str) -> None:
+def test_alarm_topic_is_encrypted_tls_only_and_mails_the_context_address(
+    synthesized: Synthesized, cluster: str
+) -> None:
     template = Template.from_json(synthesized.templates[cluster])
     template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
     template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": ALARM_EMAIL})
@@ -518,7 +592,11 @@ def test_alarm_topic_is_encrypted_tls_only_and_mails_the_context_address(synthes
         {
             "PolicyDocument": {
                 "Statement": Match.array_with(
-                    [Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})]
+                    [
+                        Match.object_like(
+                            {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+                        )
+                    ]
                 )
             }
         },
@@ -553,10 +631,18 @@ def test_two_clusters_from_one_app_have_no_name_clashes(synthesized: Synthesized
                 assert key not in seen, f"{resource_type} {name} in {cluster}/{logical_id} and {seen[key]}"
                 seen[key] = f"{cluster}/{logical_id}"
     # Explicit names exist (node role, dashboard, alarms) and carry the cluster name.
-    assert sum(1 for resource_type, _ in seen if resource_type == "AWS::CloudWatch::Dashboard") == len(CLUSTERS)
+    assert sum(1 for resource_type, _ in seen if resource_type == "AWS::CloudWatch::Dashboard") == len(
+        CLUSTERS
+    )
 
 
 def test_outputs_name_what_an_operator_needs(synthesized: Synthesized) -> None:
     outputs = synthesized.templates[CLUSTERS[0]]["Outputs"]
-    for key in ("NodeRoleName", "NodeInstanceProfileName", "StateTableName", "InterruptionQueueUrl", "DashboardName"):
+    for key in (
+        "NodeRoleName",
+        "NodeInstanceProfileName",
+        "StateTableName",
+        "InterruptionQueueUrl",
+        "DashboardName",
+    ):
         assert key in outputs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +60,20 @@ def write_scenario(tmp_path: Path, scenario: dict[str, Any]) -> Path:
 
 def simulation(tmp_path: Path, scenario: dict[str, Any]) -> Simulation:
     return Simulation(load_scenario(str(write_scenario(tmp_path, scenario))), log=io.StringIO())
+
+
+def run_checked(sim: Simulation, inspect: Callable[[Simulation], None] | None = None) -> dict[str, Any]:
+    """Run a scenario to the end and assert the fault-tolerance invariants after every step and at the end;
+    ``inspect`` sees the simulation before it stops (moto and the API server still up)."""
+    try:
+        sim.start()
+        report = sim.run().to_json()
+        failures = [f"t={r.at}: {v}" for r in sim.invariants.reports for v in r.violations()]
+        assert not failures, "\n".join(failures)
+        final = sim.invariants.reports[-1]
+        assert final.final and final.ok
+        if inspect is not None:
+            inspect(sim)
+    finally:
+        sim.stop()
+    return report

@@ -26,6 +26,12 @@ class Settings(BaseSettings):
         default="event",
         description="rebalance recommendations: post an event, or replace the node before draining",
     )
+    # Termination work (issue 6): while drains are under way the termination function re-queues itself
+    # with a message delayed this long; without a queue the schedule alone resumes them.
+    termination_queue_url: str = Field(default="", description="SQS termination-work queue URL")
+    termination_requeue_seconds: int = Field(default=5, ge=0, le=900)
+    # rebalance: replace holds evictions until the replacement is initialized, at most this long.
+    rebalance_replace_timeout_seconds: int = Field(default=600, ge=0)
     # Where to reach the API server, when not the endpoint DescribeCluster returns (a private proxy,
     # or the local simulator).
     kubernetes_api_url: str | None = None

@@ -7,26 +7,36 @@ loopback endpoints) with :func:`use_control_plane`.
 from __future__ import annotations
 
 import base64
+import os
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
 
 from serverless_karpenter import amifamily
 from serverless_karpenter.adapters import aws
+from serverless_karpenter.adapters.catalog_source import LiveCatalogSource
 from serverless_karpenter.adapters.ec2 import FleetLauncher, NodeClassResolver, ResolvedNodeClass
 from serverless_karpenter.adapters.eks_token import TokenSource
 from serverless_karpenter.adapters.kubernetes import KubernetesGateway, configuration
+from serverless_karpenter.adapters.pricing import PriceSource
 from serverless_karpenter.adapters.state_store import NodeClaimStore
+from serverless_karpenter.adapters.unavailable_offerings import DynamoDBUnavailableOfferings
 from serverless_karpenter.catalog import (
+    DEFAULT_SPOT_MODEL,
     InMemoryUnavailableOfferings,
+    InstanceTypeCatalog,
     KubeletConfig,
     Offering,
+    build_catalog,
+    bundled_on_demand_prices,
     load_bundled_catalog,
 )
+from serverless_karpenter.catalog.overlays import Overlays
 from serverless_karpenter.clock import Clock, SystemClock
 from serverless_karpenter.config import Settings, load_settings
 from serverless_karpenter.observability import MetricName, MetricUnit, metrics
@@ -45,36 +55,110 @@ class SchedulableInstanceType:
 
 
 class CatalogInstanceTypes:
-    """Instance types per node class from the catalog, with the unavailable-offerings cache applied."""
+    """Instance types per node class: the live catalog (bundled when EC2 cannot be read), real prices,
+    NodeOverlay prices and capacity, and the unavailable-offerings cache applied at each read.
 
-    def __init__(self, region: str, clock: Clock) -> None:
+    With no ``catalog_source`` it reads the bundled snapshot (``plan``, tests). Built catalogs are cached
+    per (facts, prices, zones, kubelet, AMI family), so a warm invocation only re-applies availability
+    and overlays, which are cheap.
+    """
+
+    def __init__(
+        self,
+        region: str,
+        clock: Clock,
+        *,
+        catalog_source: LiveCatalogSource | None = None,
+        prices: PriceSource | None = None,
+        unavailable: InMemoryUnavailableOfferings | DynamoDBUnavailableOfferings | None = None,
+        overlays: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+        overlay_refresh_seconds: float = 10.0,
+    ) -> None:
         self._region = region
-        self.unavailable = InMemoryUnavailableOfferings(clock)
+        self._clock = clock
+        self._source = catalog_source
+        self._prices = prices
+        self.unavailable = unavailable if unavailable is not None else InMemoryUnavailableOfferings(clock)
+        self._overlay_source = overlays
+        self._overlay_refresh = timedelta(seconds=overlay_refresh_seconds)
+        self._overlays = Overlays(())
+        self._overlays_at: datetime | None = None
+        self._built: dict[tuple[Any, ...], tuple[Any, Any, Any, InstanceTypeCatalog]] = {}
+
+    def overlays(self) -> Overlays:
+        if self._overlay_source is None:
+            return self._overlays
+        now = self._clock.now()
+        if self._overlays_at is None or now - self._overlays_at >= self._overlay_refresh:
+            self._overlays = Overlays.from_manifests(self._overlay_source())
+            self._overlays_at = now
+        return self._overlays
+
+    def catalog(
+        self, zones: Collection[str], kubelet: KubeletConfig | None, ami_family: str
+    ) -> InstanceTypeCatalog:
+        if self._source is None:
+            return load_bundled_catalog(self._region, zones, kubelet=kubelet, ami_family_name=ami_family)
+        snapshot = self._source.snapshot()
+        on_demand = (
+            self._prices.on_demand_prices() if self._prices else bundled_on_demand_prices(self._region)
+        )
+        spot = self._prices.spot_prices() if self._prices else {}
+        key = (frozenset(zones), kubelet, ami_family)
+        cached = self._built.get(key)
+        # The inputs are kept with the catalog and compared by identity: a refresh makes new objects.
+        if cached is not None and cached[0] is snapshot and cached[1] is on_demand and cached[2] is spot:
+            return cached[3]
+        built_spot = spot
+        if not built_spot:
+            built_spot = DEFAULT_SPOT_MODEL.spot_prices(on_demand, snapshot.offered_zones)
+        built = build_catalog(
+            snapshot.instance_types,
+            snapshot.offered_zones,
+            region=self._region,
+            zones=zones,
+            zone_ids=snapshot.zone_ids,
+            on_demand_prices=on_demand,
+            spot_prices=built_spot,
+            kubelet=kubelet,
+            ami_family_name=ami_family,
+        )
+        if len(self._built) >= 16:
+            self._built.clear()
+        self._built[key] = (snapshot, on_demand, spot, built)
+        return built
 
     def instance_types(
         self, nodeclass: ResolvedNodeClass, spec: Mapping[str, Any]
     ) -> list[SchedulableInstanceType]:
         kubelet = KubeletConfig.from_spec((spec.get("spec") or {}).get("kubelet"))
-        catalog = load_bundled_catalog(
-            self._region,
-            nodeclass.zones,
-            kubelet=kubelet,
-            ami_family_name=nodeclass.ami_family,
-            unavailable=self.unavailable,
+        catalog = self.catalog(nodeclass.zones, kubelet, nodeclass.ami_family).with_unavailable(
+            self.unavailable
         )
+        overlays = self.overlays()
         out = []
         for it in catalog:
             if it.arch not in nodeclass.amis:
                 continue
             offerings = catalog.available_offerings(it)
-            if offerings:
-                out.append(
-                    SchedulableInstanceType(it.name, it.allocatable, it.capacity, it.labels, offerings)
-                )
+            if not offerings:
+                continue
+            allocatable: Mapping[str, int] = it.allocatable
+            capacity: Mapping[str, int] = it.capacity
+            if overlays:
+                offerings = overlays.offerings(it.labels, offerings)
+                extra = overlays.capacity(it.labels)
+                if extra:
+                    allocatable = {**allocatable, **extra}
+                    capacity = {**capacity, **extra}
+            out.append(SchedulableInstanceType(it.name, allocatable, capacity, it.labels, offerings))
         return out
 
     def mark_unavailable(self, capacity_type: str, instance_type: str, zone: str, reason: str) -> None:
-        self.unavailable.mark_unavailable(capacity_type, instance_type, zone)
+        if isinstance(self.unavailable, DynamoDBUnavailableOfferings):
+            self.unavailable.mark_unavailable(capacity_type, instance_type, zone, reason)
+        else:
+            self.unavailable.mark_unavailable(capacity_type, instance_type, zone)
         metrics.add_metric(name=MetricName.UNAVAILABLE_OFFERING_HITS, unit=MetricUnit.Count, value=1)
 
     def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool:
@@ -111,11 +195,36 @@ def build_control_plane(settings: Settings | None = None, clock: Clock | None = 
         kubernetes_version=str(cluster.get("version") or "1.31"),
     )
     ec2 = aws.client("ec2", region)
+    dynamodb = aws.client("dynamodb", region)
+    # An emulated endpoint (the local simulation, moto) has no Pricing API and no spot market worth
+    # reading, and its instance types are the bundled snapshot's (made from moto's data), which loads in
+    # milliseconds where moto's DescribeInstanceTypes takes seconds: use the bundled catalog there.
+    emulated = bool(os.environ.get("AWS_ENDPOINT_URL"))
+    instance_types = CatalogInstanceTypes(
+        region,
+        clock,
+        catalog_source=None
+        if emulated
+        else LiveCatalogSource(ec2, region, clock, dynamodb=dynamodb, table_name=settings.state_table_name),
+        prices=PriceSource(
+            region,
+            clock,
+            pricing_client=None if emulated else lambda endpoint: aws.client("pricing", endpoint),
+            ec2=ec2,
+            use_spot_history=not emulated,
+        ),
+        unavailable=(
+            DynamoDBUnavailableOfferings(dynamodb, settings.state_table_name, clock)
+            if settings.state_table_name
+            else InMemoryUnavailableOfferings(clock)
+        ),
+        overlays=kube.list_nodeoverlays,
+    )
     return ControlPlane(
         settings=settings,
         clock=clock,
         kube=kube,
-        store=NodeClaimStore(aws.client("dynamodb", region), settings.state_table_name),
+        store=NodeClaimStore(dynamodb, settings.state_table_name),
         launcher=FleetLauncher(ec2, settings.cluster_name, info),
         resolver=NodeClassResolver(
             ec2,
@@ -124,7 +233,7 @@ def build_control_plane(settings: Settings | None = None, clock: Clock | None = 
             settings.cluster_name,
             info.kubernetes_version,
         ),
-        instance_types=CatalogInstanceTypes(region, clock),
+        instance_types=instance_types,
     )
 
 

@@ -12,6 +12,7 @@ from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.termination.terminator import begin_deletion, close
+from serverless_karpenter.termination.usecases import queue_termination_pass
 
 SPOT_WARNING = timedelta(minutes=2)
 DRAIN_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
@@ -47,10 +48,14 @@ def handle(plane: ControlPlane, message: EventEnvelope) -> Outcome:
             "ignoring message of unknown kind", extra={"detail-type": message.detail_type, "id": message.id}
         )
         outcome.actions[""] = Action.UNKNOWN
+        emit_dimensioned(MetricName.INTERRUPTION_ACTIONS, 1, {"Action": Action.UNKNOWN})
         return outcome
     for instance_id in message.instance_ids():
         outcome.actions[instance_id] = _handle_instance(plane, message, kind, instance_id)
         emit_dimensioned(MetricName.INTERRUPTION_ACTIONS, 1, {"Action": outcome.actions[instance_id]})
+    if Action.CORDON_AND_DRAIN in outcome.actions.values():
+        # Start the drain now rather than on the termination function's schedule.
+        queue_termination_pass(plane, 0, "interruption")
     return outcome
 
 
@@ -81,8 +86,15 @@ def _handle_instance(plane: ControlPlane, message: EventEnvelope, kind: MessageK
             return Action.CORDON_AND_DRAIN
         case MessageKind.REBALANCE_RECOMMENDATION:
             if plane.settings.interruption_rebalance == "replace":
+                # Launch the replacement first: evictions wait until it is initialized (or a deadline).
                 logger.info(Msg.INITIATING_DELETE_FROM_INTERRUPTION, extra=log)
-                begin_deletion(plane, record, "RebalanceRecommendation")
+                begin_deletion(
+                    plane,
+                    record,
+                    "RebalanceRecommendation",
+                    replace_first=True,
+                    replace_timeout=timedelta(seconds=plane.settings.rebalance_replace_timeout_seconds),
+                )
                 return Action.CORDON_AND_DRAIN
             node = plane.kube.get_node(record.node_name) if record.node_name else None
             if node is not None:

@@ -145,8 +145,13 @@ class LifecycleReconciler:
             return
         instance = instances.get(record.instance_id or "")
         if instance is None or instance.state in GONE_STATES:
+            gone_node = nodes.get(record.provider_id or "")
             if not record.is_deleting:
-                self._instance_gone(record, nodes.get(record.provider_id or ""), result)
+                self._instance_gone(record, gone_node, result)
+            elif gone_node is None:
+                # Nothing is left to drain or terminate (a termination pass died between removing the
+                # finalizer and closing the record, and nothing else revisits it): close it here.
+                self._close(record, result)
             return
         node = nodes.get(record.provider_id or "")
         if record.state == NodeClaimState.LAUNCHED:

@@ -29,6 +29,7 @@ from serverless_karpenter.scheduling.scheduler import (
     offering_allowed,
 )
 from serverless_karpenter.scheduling.taints import taints_from_dicts, tolerations_from_dicts, untolerated
+from serverless_karpenter.termination.handoff import pods_on_deleting_nodes
 
 _NAME_ALPHABET = string.ascii_lowercase + string.digits
 
@@ -196,6 +197,9 @@ class Provisioner:
         writer has taken over and this one stops launching (fencing)."""
         plane = self.plane
         pending = [p for p in plane.kube.list_pending_pods() if podlib.is_provisionable(p)]
+        # Issue 6 (termination): like Karpenter, count the reschedulable pods of nodes being deleted as
+        # pending, so replacement capacity launches while the drain is still under way.
+        pending += pods_on_deleting_nodes(plane.kube)
         metrics.add_metric(name=MetricName.PENDING_PODS, unit=MetricUnit.Count, value=len(pending))
         outcome = ProvisioningResult(pending=len(pending))
         if not pending:

@@ -1,12 +1,14 @@
 """Graceful termination of one node: taint, drain in priority groups, terminate, release the finalizer.
 
 Progress lives in the NodeClaim record and the cluster, not in the invocation: each pass does what can
-be done now and returns, so a drain outlives any one Lambda and resumes after a crash.
+be done now and returns, so a drain outlives any one Lambda and resumes after a crash. What a pass must
+remember for the next (PDB back-off, replace-first deadline) is kept in the record's annotations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,16 +17,40 @@ from serverless_karpenter import crashpoints
 from serverless_karpenter.adapters.kubernetes import EvictionResult
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.clock import parse_rfc3339, to_rfc3339
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.scheduling import pods as podlib
-from serverless_karpenter.scheduling.taints import Taint, tolerations_from_dicts
+from serverless_karpenter.termination.handoff import reschedulable_pods, tolerates_disruption
 
 DISRUPTED_TAINT = {"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 TERMINATED_RETENTION = timedelta(days=1)
 GONE_STATES = frozenset({"shutting-down", "terminated"})
+
+# Record annotations that carry a drain's memory from one pass to the next.
+REPLACE_FIRST_UNTIL = "serverless-karpenter.io/replace-first-until"
+EVICTION_BACKOFF = "serverless-karpenter.io/eviction-backoff"
+# A PDB that refuses an eviction (429) is asked again after 5 s, then 10, 20, 30, 30...
+BACKOFF_BASE = timedelta(seconds=5)
+BACKOFF_MAX = timedelta(seconds=30)
+# Replace-first: when the provisioner has launched nothing for the node's pods by then, they fit
+# capacity that already exists, and the drain may start.
+REPLACEMENT_SETTLE = timedelta(seconds=30)
+
+WakeProvisioner = Callable[[dict[str, object]], None]
+
+__all__ = [
+    "DrainProgress",
+    "Terminator",
+    "begin_deletion",
+    "close",
+    "do_not_disrupt",
+    "drainable",
+    "priority_group",
+    "tolerates_disruption",
+]
 
 
 @dataclass
@@ -34,6 +60,8 @@ class DrainProgress:
     blocked: list[str] = field(default_factory=list)
     force_deleted: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
+    handed_off: list[str] = field(default_factory=list)
+    awaiting_replacement: bool = False
     terminated_instance: bool = False
     finished: bool = False
 
@@ -42,12 +70,6 @@ def priority_group(pod: Mapping[str, Any]) -> int:
     """Karpenter's eviction order: non-critical before critical, and non-DaemonSet before DaemonSet."""
     critical = (pod.get("spec") or {}).get("priorityClassName") in CRITICAL_PRIORITY_CLASSES
     return (2 if critical else 0) + (1 if podlib.is_daemonset_pod(pod) else 0)
-
-
-def tolerates_disruption(pod: Mapping[str, Any]) -> bool:
-    """A pod that tolerates the disrupted taint would come straight back, so it is not drained."""
-    taint = Taint(key=wk.DISRUPTED_TAINT_KEY, value="", effect="NoSchedule")
-    return any(t.tolerates(taint) for t in tolerations_from_dicts((pod.get("spec") or {}).get("tolerations")))
 
 
 def do_not_disrupt(pod: Mapping[str, Any]) -> bool:
@@ -62,41 +84,84 @@ def drainable(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     ]
 
 
-def begin_deletion(
-    plane: ControlPlane, record: NodeClaimRecord, reason: str, deadline: datetime | None = None
-) -> NodeClaimRecord:
-    """Start removing a NodeClaim's node: mark the record, then delete the Node so the finalizer drains it.
+def taint_for_disruption(plane: ControlPlane, node: Mapping[str, Any]) -> bool:
+    """Taint ``karpenter.sh/disrupted:NoSchedule`` and exclude the node from external load balancers.
 
-    A claim whose node never registered has nothing to drain: its instance is terminated at once.
+    Returns whether the node had to be changed.
+    """
+    name = node["metadata"]["name"]
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    tainted = any(t.get("key") == wk.DISRUPTED_TAINT_KEY for t in taints)
+    if tainted and labels.get(wk.EXCLUDE_FROM_LB):
+        return False
+    patch: dict[str, Any] = {"metadata": {"labels": {wk.EXCLUDE_FROM_LB: "karpenter"}}}
+    if not tainted:
+        patch["spec"] = {"taints": [*taints, DISRUPTED_TAINT]}
+    plane.kube.patch_node(name, patch)
+    logger.info(Msg.TAINTED_NODE, extra={"node": name, "taint": f"{wk.DISRUPTED_TAINT_KEY}:NoSchedule"})
+    return True
+
+
+def begin_deletion(
+    plane: ControlPlane,
+    record: NodeClaimRecord,
+    reason: str,
+    deadline: datetime | None = None,
+    *,
+    replace_first: bool = False,
+    replace_timeout: timedelta | None = None,
+) -> NodeClaimRecord:
+    """Start removing a NodeClaim's node: mark the record, taint the node, then delete the Node so our
+    finalizer drains it.
+
+    Safe to call again after a failure part-way (a retried message): each step checks what is done.
+    The node is tainted here, not on the terminator's next pass, so nothing new lands on it from now on.
+    ``replace_first`` holds evictions until replacement capacity for the node's pods is initialized, or
+    ``replace_timeout`` has passed. A claim whose node never registered has nothing to drain: its
+    instance is terminated at once.
     """
     now = plane.clock.now()
-    if record.is_deleting or record.state == NodeClaimState.TERMINATED:
+    if record.state == NodeClaimState.TERMINATED:
         return record
-    update: dict[str, Any] = {
-        "state": NodeClaimState.DISRUPTING,
-        "disruption_reason": reason,
-        "deletion_requested_at": now,
-    }
-    if deadline is not None:
-        update["drain_deadline"] = deadline
-    saved = plane.store.save(record.model_copy(update=update))
-    if saved.node_name:
-        plane.kube.delete_node(saved.node_name)
-    else:
-        if saved.instance_id:
-            plane.launcher.terminate([saved.instance_id])
-        saved = close(plane, saved)
-    return saved
+    saved = record
+    if not record.is_deleting:
+        update: dict[str, Any] = {
+            "state": NodeClaimState.DISRUPTING,
+            "disruption_reason": reason,
+            "deletion_requested_at": now,
+        }
+        if deadline is not None:
+            update["drain_deadline"] = deadline
+        if replace_first:
+            until = now + (timedelta(minutes=10) if replace_timeout is None else replace_timeout)
+            update["annotations"] = {**record.annotations, REPLACE_FIRST_UNTIL: to_rfc3339(until)}
+        saved = plane.store.save(record.model_copy(update=update))
+    elif deadline is not None and (record.drain_deadline is None or deadline < record.drain_deadline):
+        # Already being deleted (consolidation, say) when a spot warning comes: the warning's deadline wins.
+        saved = plane.store.save(record.model_copy(update={"drain_deadline": deadline}))
+    node = plane.kube.get_node(saved.node_name) if saved.node_name else None
+    if node is not None:
+        taint_for_disruption(plane, node)
+        if not node["metadata"].get("deletionTimestamp"):
+            plane.kube.delete_node(saved.node_name or "")
+        return saved
+    # No Node (never registered, or already gone): nothing to drain.
+    if saved.instance_id:
+        plane.launcher.terminate([saved.instance_id])
+    return close(plane, saved)
 
 
 def close(plane: ControlPlane, record: NodeClaimRecord) -> NodeClaimRecord:
     now = plane.clock.now()
+    annotations = {k: v for k, v in record.annotations.items() if k not in (EVICTION_BACKOFF,)}
     saved = plane.store.save(
         record.model_copy(
             update={
                 "state": NodeClaimState.TERMINATED,
                 "terminated_at": now,
                 "expires_at": now + TERMINATED_RETENTION,
+                "annotations": annotations,
             }
         )
     )
@@ -105,9 +170,19 @@ def close(plane: ControlPlane, record: NodeClaimRecord) -> NodeClaimRecord:
     return saved
 
 
+def _backoff(record: NodeClaimRecord | None) -> dict[str, dict[str, Any]]:
+    raw = (record.annotations if record is not None else {}).get(EVICTION_BACKOFF)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 class Terminator:
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: ControlPlane, wake_provisioner: WakeProvisioner | None = None) -> None:
         self.plane = plane
+        self.wake_provisioner = wake_provisioner
 
     def reconcile(self) -> list[DrainProgress]:
         """One pass over every node that is being deleted and still holds our finalizer."""
@@ -147,49 +222,99 @@ class Terminator:
                     }
                 )
             )
-        if record is not None and record.state == NodeClaimState.DISRUPTING:
-            self._taint(node)
-            deadline = record.drain_deadline
-            if record.termination_grace_period_seconds is not None:
-                grace_deadline = (record.deletion_requested_at or now) + timedelta(
-                    seconds=record.termination_grace_period_seconds
-                )
-                deadline = min(deadline, grace_deadline) if deadline else grace_deadline
-            record = plane.store.save(
-                record.model_copy(update={"state": NodeClaimState.DRAINING, "drain_deadline": deadline})
-            )
-            metrics.add_metric(name=MetricName.DRAINS_STARTED, unit=MetricUnit.Count, value=1)
-        deadline = record.drain_deadline if record is not None else None
+        instance_gone = False
+        if record is not None and record.instance_id:
+            instance = plane.launcher.describe(record.instance_id)
+            instance_gone = instance is None or instance.state in GONE_STATES
+        if instance_gone:
+            # Terminated outside our control: nothing can be drained gracefully any more; the pods'
+            # controllers recreate them once the Node object is gone.
+            self._finish(node, record, progress, instance_gone=True)
+            return progress
         pods = drainable(plane.kube.list_pods_on_node(name))
+        if record is not None and record.state == NodeClaimState.DISRUPTING:
+            taint_for_disruption(plane, node)
+            record = self._start_drain(record, now)
+            self._hand_off(name, pods, progress)
+        deadline = record.drain_deadline if record is not None else None
+        if record is not None and self._awaiting_replacement(record, pods, now):
+            progress.awaiting_replacement = True
+            progress.waiting = [podlib.key(p) for p in pods]
+            return progress
         remaining = [p for p in pods if not podlib.is_deleting(p)]
         if remaining:
-            self._drain(remaining, now, deadline, progress)
+            self._drain(record, remaining, now, deadline, progress)
             crashpoints.hit(crashpoints.MID_DRAIN)
             return progress
         if any(podlib.is_deleting(p) for p in pods) and (deadline is None or now < deadline):
             progress.waiting = [podlib.key(p) for p in pods]
             return progress  # pods are shutting down; the kubelet finishes them
-        self._finish(node, record, progress)
+        self._finish(node, record, progress, instance_gone=False)
         return progress
 
-    def _taint(self, node: Mapping[str, Any]) -> None:
-        taints = list((node.get("spec") or {}).get("taints") or [])
-        if any(t.get("key") == wk.DISRUPTED_TAINT_KEY for t in taints):
-            return
-        self.plane.kube.patch_node(
-            node["metadata"]["name"],
-            {
-                "metadata": {"labels": {wk.EXCLUDE_FROM_LB: "karpenter"}},
-                "spec": {"taints": [*taints, DISRUPTED_TAINT]},
+    def _start_drain(self, record: NodeClaimRecord, now: datetime) -> NodeClaimRecord:
+        deadline = record.drain_deadline
+        if record.termination_grace_period_seconds is not None:
+            grace_deadline = (record.deletion_requested_at or now) + timedelta(
+                seconds=record.termination_grace_period_seconds
+            )
+            deadline = min(deadline, grace_deadline) if deadline else grace_deadline
+        saved = self.plane.store.save(
+            record.model_copy(update={"state": NodeClaimState.DRAINING, "drain_deadline": deadline})
+        )
+        metrics.add_metric(name=MetricName.DRAINS_STARTED, unit=MetricUnit.Count, value=1)
+        logger.info(
+            "draining node",
+            extra={
+                "nodeclaim": record.name,
+                "node": record.node_name,
+                "reason": record.disruption_reason,
+                "deadline": to_rfc3339(deadline) if deadline else None,
             },
         )
-        logger.info(
-            Msg.TAINTED_NODE,
-            extra={"node": node["metadata"]["name"], "taint": f"{wk.DISRUPTED_TAINT_KEY}:NoSchedule"},
-        )
+        return saved
+
+    def _hand_off(self, node_name: str, pods: Sequence[Mapping[str, Any]], progress: DrainProgress) -> None:
+        """Wake the provisioner now, rather than on its schedule: it counts pods on deleting nodes as
+        pending, so their replacement capacity launches while the drain runs."""
+        keys = [podlib.key(p) for p in reschedulable_pods(pods)]
+        if not keys or self.wake_provisioner is None:
+            return
+        try:
+            self.wake_provisioner({"reason": "draining-node", "node": node_name, "pods": len(keys)})
+        except Exception as error:  # the provisioner's schedule picks the pods up anyway
+            logger.warning("could not wake the provisioner", extra={"node": node_name, "error": str(error)})
+            return
+        progress.handed_off = keys
+
+    def _awaiting_replacement(
+        self, record: NodeClaimRecord, pods: Sequence[Mapping[str, Any]], now: datetime
+    ) -> bool:
+        """Replace-first (rebalance recommendations): hold evictions until the claims launched for this
+        node's pods are initialized, or the replace-first deadline passes."""
+        until_text = record.annotations.get(REPLACE_FIRST_UNTIL)
+        if not until_text or now >= parse_rfc3339(until_text):
+            return False
+        keys = {podlib.key(p) for p in reschedulable_pods(pods)}
+        if not keys:
+            return False
+        started = record.deletion_requested_at or now
+        replacements = [
+            r
+            for r in self.plane.store.list()
+            if r.name != record.name and r.created_at >= started and keys & set(r.pods)
+        ]
+        if not replacements:
+            return now < started + REPLACEMENT_SETTLE
+        return any(r.state != NodeClaimState.INITIALIZED for r in replacements if not r.is_deleting)
 
     def _drain(
-        self, pods: list[Mapping[str, Any]], now: datetime, deadline: datetime | None, progress: DrainProgress
+        self,
+        record: NodeClaimRecord | None,
+        pods: list[Mapping[str, Any]],
+        now: datetime,
+        deadline: datetime | None,
+        progress: DrainProgress,
     ) -> None:
         kube = self.plane.kube
         # Pods past their own deletion point (deadline minus their grace period) are deleted outright.
@@ -209,36 +334,59 @@ class Terminator:
                 pods = [p for p in pods if podlib.key(p) not in set(progress.force_deleted)]
         if not pods:
             return
+        backoff = _backoff(record)
+        before = json.dumps(backoff, sort_keys=True)
+        present = {podlib.key(p) for p in pods}
+        backoff = {k: v for k, v in backoff.items() if k in present}
         group = min(priority_group(p) for p in pods)
         for pod in pods:
             if priority_group(pod) != group:
                 continue
+            pod_key = podlib.key(pod)
             if do_not_disrupt(pod):
-                progress.waiting.append(podlib.key(pod))
+                progress.waiting.append(pod_key)
+                continue
+            entry = backoff.get(pod_key)
+            if entry and now < parse_rfc3339(str(entry.get("next"))):
+                progress.blocked.append(pod_key)
                 continue
             outcome = kube.evict(pod)
             if outcome == EvictionResult.EVICTED:
-                progress.evicted.append(podlib.key(pod))
+                progress.evicted.append(pod_key)
+                backoff.pop(pod_key, None)
             elif outcome == EvictionResult.BLOCKED:
-                progress.blocked.append(podlib.key(pod))
+                progress.blocked.append(pod_key)
+                attempts = int((entry or {}).get("attempts", 0)) + 1
+                delay = min(BACKOFF_BASE * 2 ** (attempts - 1), BACKOFF_MAX)
+                backoff[pod_key] = {"attempts": attempts, "next": to_rfc3339(now + delay)}
+            else:
+                backoff.pop(pod_key, None)
         if progress.evicted:
             metrics.add_metric(
                 name=MetricName.PODS_EVICTED, unit=MetricUnit.Count, value=len(progress.evicted)
             )
+        if record is not None and json.dumps(backoff, sort_keys=True) != before:
+            annotations = {k: v for k, v in record.annotations.items() if k != EVICTION_BACKOFF}
+            if backoff:
+                annotations[EVICTION_BACKOFF] = json.dumps(backoff, sort_keys=True)
+            self.plane.store.save(record.model_copy(update={"annotations": annotations}))
 
     def _finish(
-        self, node: Mapping[str, Any], record: NodeClaimRecord | None, progress: DrainProgress
+        self,
+        node: Mapping[str, Any],
+        record: NodeClaimRecord | None,
+        progress: DrainProgress,
+        *,
+        instance_gone: bool,
     ) -> None:
         plane = self.plane
         name = node["metadata"]["name"]
-        if record is not None and record.instance_id:
-            instance = plane.launcher.describe(record.instance_id)
-            if instance is not None and instance.state not in GONE_STATES:
-                plane.launcher.terminate([record.instance_id])
-                progress.terminated_instance = True
-                if record.state != NodeClaimState.TERMINATING:
-                    plane.store.save(record.model_copy(update={"state": NodeClaimState.TERMINATING}))
-                return  # the finalizer stays until EC2 reports the instance going away
+        if record is not None and record.instance_id and not instance_gone:
+            plane.launcher.terminate([record.instance_id])
+            progress.terminated_instance = True
+            if record.state != NodeClaimState.TERMINATING:
+                plane.store.save(record.model_copy(update={"state": NodeClaimState.TERMINATING}))
+            return  # the finalizer stays until EC2 reports the instance going away
         plane.kube.remove_node_finalizer(dict(node), wk.TERMINATION_FINALIZER)
         logger.info(Msg.DELETED_NODE, extra={"node": name})
         if record is not None and record.state != NodeClaimState.TERMINATED:

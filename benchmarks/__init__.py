@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m benchmarks solver --pods N --instance-types M [--mix ...] [--json]``."""

@@ -1,0 +1,20 @@
+"""``python -m benchmarks <name> ...``: one subcommand per benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from benchmarks import solver
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    solver.register(subparsers)
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

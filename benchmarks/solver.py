@@ -1,0 +1,74 @@
+"""The solver benchmark: first-fit (our Karpenter-faithful Scheduler) versus Scheduler + cost solver.
+
+Both run in this process on the same pods and instance types. ``seconds`` is the whole pipeline the
+provisioner runs (first-fit, then the solver's improvement), so ``pods_per_sec`` is end to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from serverless_karpenter import solver
+from serverless_karpenter.scheduling.scheduler import Scheduler
+
+from benchmarks import inputs
+
+DEFAULT_TIME_BUDGET_S = 2.5
+
+
+def run(pods: int, instance_types: int, mix: str, seed: int, time_budget_s: float) -> dict[str, Any]:
+    types = inputs.instance_types(instance_types)
+    pending = inputs.pods_for(mix, pods, seed)
+
+    started = time.perf_counter()
+    ffd = Scheduler(inputs.templates(types)).solve(pending)
+    ffd_seconds = time.perf_counter() - started
+    ffd_cost = sum(solver.claim_cost(c) for c in ffd.new_nodeclaims)
+
+    started = time.perf_counter()
+    templates = inputs.templates(types)
+    first_fit = Scheduler(templates).solve(pending)
+    improved, report = solver.improve(first_fit, templates, time_budget_s, pending)
+    seconds = time.perf_counter() - started
+
+    return {
+        "pods": pods,
+        "instance_types": len(types),
+        "mix": mix,
+        "seconds": round(seconds, 3),
+        "pods_per_sec": round(pods / seconds, 1),
+        "nodes": len(improved.new_nodeclaims),
+        "cost_per_hour": round(report.cost, 4),
+        "lower_bound_per_hour": round(report.lower_bound, 4),
+        "gap": round(report.gap, 4),
+        "unschedulable": len(improved.unschedulable),
+        "ffd_seconds": round(ffd_seconds, 3),
+        "ffd_pods_per_sec": round(pods / ffd_seconds, 1),
+        "ffd_nodes": len(ffd.new_nodeclaims),
+        "ffd_cost_per_hour": round(ffd_cost, 4),
+        "solver_seconds": round(report.seconds, 3),
+    }
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("solver", help="first-fit versus the cost solver on one input")
+    parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--instance-types", type=int, default=400)
+    parser.add_argument("--mix", choices=inputs.MIXES, default="karpenter")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--time-budget", type=float, default=DEFAULT_TIME_BUDGET_S, help="solver seconds")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    figures = run(args.pods, args.instance_types, args.mix, args.seed, args.time_budget)
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for key, value in figures.items():
+            print(f"{key:>22}: {value}")
+    return 0

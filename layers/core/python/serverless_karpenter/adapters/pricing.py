@@ -1,0 +1,175 @@
+"""Prices from AWS: on-demand from the Pricing API, spot from DescribeSpotPriceHistory.
+
+On-demand prices come from ``GetProducts`` with Karpenter's filters (Linux, shared tenancy, no
+pre-installed software, capacity status Used, market option OnDemand, the region's code). The Pricing
+API answers only in a few regions, so the client is made for the endpoint region that serves the
+cluster's region. Any failure falls back to the bundled snapshot; prices are refreshed every 12 hours.
+Spot prices are the latest Linux/UNIX price per (type, zone); on failure there are none and the catalog
+uses its spot model.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from serverless_karpenter.catalog.prices import bundled_on_demand_prices, latest_spot_prices
+from serverless_karpenter.clock import Clock
+from serverless_karpenter.observability import logger
+
+REFRESH_INTERVAL = timedelta(hours=12)
+# After a failed refresh, try again sooner than the full interval.
+RETRY_INTERVAL = timedelta(minutes=5)
+SPOT_PRODUCTS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
+
+
+def pricing_endpoint_region(region: str) -> str:
+    """The Pricing API region that serves ``region`` (as Karpenter picks it)."""
+    if region.startswith("cn-"):
+        return "cn-northwest-1"
+    if region.startswith("ap-"):
+        return "ap-south-1"
+    if region.startswith("eu-") or region.startswith("me-") or region.startswith("af-"):
+        return "eu-central-1"
+    return "us-east-1"
+
+
+def on_demand_filters(region: str) -> list[dict[str, str]]:
+    """GetProducts filters for Linux on-demand prices of shared-tenancy instances in ``region``."""
+    terms = {
+        "regionCode": region,
+        "serviceCode": "AmazonEC2",
+        "preInstalledSw": "NA",
+        "operatingSystem": "Linux",
+        "capacitystatus": "Used",
+        "marketoption": "OnDemand",
+        "tenancy": "Shared",
+    }
+    return [{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in terms.items()]
+
+
+def parse_price_list(price_list: Iterable[str | Mapping[str, Any]]) -> dict[str, float]:
+    """Hourly USD price per instance type from GetProducts' PriceList entries (JSON documents).
+
+    A type with several products keeps its lowest non-zero price; zero prices (placeholders) are skipped.
+    """
+    prices: dict[str, float] = {}
+    for entry in price_list:
+        doc = json.loads(entry) if isinstance(entry, str) else entry
+        name = ((doc.get("product") or {}).get("attributes") or {}).get("instanceType")
+        if not name:
+            continue
+        for term in ((doc.get("terms") or {}).get("OnDemand") or {}).values():
+            for dimension in (term.get("priceDimensions") or {}).values():
+                usd = (dimension.get("pricePerUnit") or {}).get("USD")
+                try:
+                    price = float(str(usd))
+                except (TypeError, ValueError):
+                    continue
+                if price > 0 and (name not in prices or price < prices[name]):
+                    prices[name] = price
+    return prices
+
+
+class PriceSource:
+    """On-demand and spot prices for one region, cached in process and refreshed every 12 hours."""
+
+    def __init__(
+        self,
+        region: str,
+        clock: Clock,
+        *,
+        pricing_client: Callable[[str], Any] | Any | None,
+        ec2: Any | None,
+        use_spot_history: bool = True,
+    ) -> None:
+        self.region = region
+        self._clock = clock
+        self._pricing_factory = pricing_client
+        self._ec2 = ec2
+        self._use_spot_history = use_spot_history
+        self._lock = threading.Lock()
+        self._on_demand: Mapping[str, float] | None = None
+        self._on_demand_due: datetime | None = None
+        self._spot: dict[tuple[str, str], float] = {}
+        self._spot_due: datetime | None = None
+        self.on_demand_source = "bundled"
+
+    def _pricing(self) -> Any:
+        factory = self._pricing_factory
+        return factory(pricing_endpoint_region(self.region)) if callable(factory) else factory
+
+    def on_demand_prices(self) -> Mapping[str, float]:
+        now = self._clock.now()
+        with self._lock:
+            if self._on_demand is not None and self._on_demand_due is not None and now < self._on_demand_due:
+                return self._on_demand
+        prices = self._fetch_on_demand()
+        with self._lock:
+            if prices:
+                self._on_demand, self._on_demand_due = prices, now + REFRESH_INTERVAL
+                self.on_demand_source = "pricing-api"
+            else:
+                self._on_demand, self._on_demand_due = (
+                    bundled_on_demand_prices(self.region),
+                    now + RETRY_INTERVAL,
+                )
+                self.on_demand_source = "bundled"
+            return self._on_demand
+
+    def _fetch_on_demand(self) -> dict[str, float]:
+        if self._pricing_factory is None:
+            return {}
+        try:
+            client = self._pricing()
+            prices: dict[str, float] = {}
+            token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {
+                    "ServiceCode": "AmazonEC2",
+                    "Filters": on_demand_filters(self.region),
+                    "FormatVersion": "aws_v1",
+                }
+                if token:
+                    kwargs["NextToken"] = token
+                page = client.get_products(**kwargs)
+                for name, price in parse_price_list(page.get("PriceList") or ()).items():
+                    if name not in prices or price < prices[name]:
+                        prices[name] = price
+                token = page.get("NextToken")
+                if not token:
+                    return prices
+        except (ClientError, BotoCoreError) as error:
+            logger.warning(
+                "on-demand prices unavailable; using the bundled snapshot", extra={"error": str(error)}
+            )
+            return {}
+
+    def spot_prices(self) -> dict[tuple[str, str], float]:
+        """The latest spot price per (type, zone), or {} when the history cannot be read."""
+        if not self._use_spot_history or self._ec2 is None:
+            return self._spot  # the same (empty) object each time, so callers can cache on it
+        now = self._clock.now()
+        with self._lock:
+            if self._spot_due is not None and now < self._spot_due:
+                return self._spot
+        try:
+            history: list[Mapping[str, Any]] = []
+            paginator = self._ec2.get_paginator("describe_spot_price_history")
+            for page in paginator.paginate(ProductDescriptions=list(SPOT_PRODUCTS), StartTime=now):
+                history.extend(page.get("SpotPriceHistory") or ())
+            spot = {k: v for k, v in latest_spot_prices(history).items() if v > 0}
+            due = now + REFRESH_INTERVAL
+        except (ClientError, BotoCoreError) as error:
+            logger.warning(
+                "spot price history unavailable; using the spot model", extra={"error": str(error)}
+            )
+            spot, due = {}, now + RETRY_INTERVAL
+        with self._lock:
+            self._spot, self._spot_due = spot, due
+            return spot

@@ -1,0 +1,149 @@
+"""Which pods may share a node: the per-node limits that hostname anti-affinity and spread impose.
+
+The solver repacks pods onto new nodes, so it must keep every constraint that depends on which pods
+share a node. It models each as a *class*: the pods a term's selector matches (members) and the pods
+that carry the term (owners). A node holding an owner may hold at most ``cap`` pods of the class:
+
+- required pod anti-affinity on ``kubernetes.io/hostname``: cap 1 (an owner and a matching pod never
+  share a node, and the kube-scheduler checks both directions);
+- topology spread on ``kubernetes.io/hostname`` with ``DoNotSchedule``: cap ``maxSkew``. With at most
+  ``maxSkew`` matching pods on each new node, every placement keeps the skew within ``maxSkew``
+  whatever the other nodes hold, so the rule is safe (if sometimes stricter than needed).
+
+Zonal constraints are kept by never moving a pod out of the zone set its NodeClaim had. Constraints
+the solver cannot keep while moving pods (hostname pod affinity, other topology keys) make the pod
+*pinned*: its NodeClaim stays as the first-fit scheduler made it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from serverless_karpenter.api import labels as wk
+
+ZONAL_KEYS = frozenset({wk.ZONE, wk.ZONE_ID, "failure-domain.beta.kubernetes.io/zone"})
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A label selector with the namespaces it looks in (None: every namespace)."""
+
+    match_labels: tuple[tuple[str, str], ...]
+    match_expressions: tuple[tuple[str, str, frozenset[str]], ...]
+    namespaces: frozenset[str] | None
+
+    @classmethod
+    def from_term(
+        cls, selector: Mapping[str, Any] | None, namespaces: frozenset[str] | None, extra: Mapping[str, str]
+    ) -> Selector:
+        selector = selector or {}
+        labels = dict(selector.get("matchLabels") or {})
+        labels.update(extra)
+        expressions = tuple(
+            sorted(
+                (str(e["key"]), str(e["operator"]), frozenset(str(v) for v in e.get("values") or ()))
+                for e in selector.get("matchExpressions") or ()
+            )
+        )
+        return cls(tuple(sorted(labels.items())), expressions, namespaces)
+
+    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        if self.namespaces is not None and namespace not in self.namespaces:
+            return False
+        for key, value in self.match_labels:
+            if labels.get(key) != value:
+                return False
+        for key, operator, values in self.match_expressions:
+            present = key in labels
+            if operator == "In" and not (present and labels[key] in values):
+                return False
+            if operator == "NotIn" and present and labels[key] in values:
+                return False
+            if operator == "Exists" and not present:
+                return False
+            if operator == "DoesNotExist" and present:
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClass:
+    """A per-node class: at most ``cap`` of its pods on a node that holds one of its owners."""
+
+    selector: Selector
+    cap: int
+    # Anti-affinity: its owners that match it must each have a node of their own (a true bound on the
+    # node count). Spread caps are the solver's own safe reading, so they bound nothing.
+    exclusive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodConstraints:
+    owned: tuple[NodeClass, ...]
+    pinned_reason: str | None
+
+
+def _namespaces(term: Mapping[str, Any], namespace: str) -> frozenset[str] | None:
+    if term.get("namespaceSelector") is not None:
+        return None  # any namespace may match: the stricter reading is the safe one
+    listed = term.get("namespaces")
+    return frozenset(listed) if listed else frozenset({namespace})
+
+
+def pod_constraints(pod: Mapping[str, Any]) -> PodConstraints:
+    """The per-node classes a pod owns, or why it must stay where the first-fit scheduler put it."""
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    labels = meta.get("labels") or {}
+    spec = pod.get("spec") or {}
+    owned: list[NodeClass] = []
+    affinity = spec.get("affinity") or {}
+    for term in (affinity.get("podAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or ():
+        if term.get("topologyKey") not in ZONAL_KEYS:
+            return PodConstraints((), f"pod affinity on {term.get('topologyKey')}")
+    for term in (affinity.get("podAntiAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or ():
+        key = term.get("topologyKey")
+        if key == wk.HOSTNAME:
+            selector = Selector.from_term(term.get("labelSelector"), _namespaces(term, namespace), {})
+            owned.append(NodeClass(selector, 1, exclusive=True))
+        elif key not in ZONAL_KEYS:
+            return PodConstraints((), f"pod anti-affinity on {key}")
+    for constraint in spec.get("topologySpreadConstraints") or ():
+        if constraint.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
+            continue
+        key = constraint.get("topologyKey")
+        if key == wk.HOSTNAME:
+            extra = {k: labels[k] for k in constraint.get("matchLabelKeys") or () if k in labels}
+            selector = Selector.from_term(constraint.get("labelSelector"), frozenset({namespace}), extra)
+            owned.append(NodeClass(selector, max(1, int(constraint.get("maxSkew") or 1))))
+        elif key not in ZONAL_KEYS:
+            return PodConstraints((), f"topology spread on {key}")
+    return PodConstraints(tuple(owned), None)
+
+
+def memberships(
+    pods: Sequence[Mapping[str, Any]], constraints: Sequence[PodConstraints]
+) -> tuple[list[NodeClass], list[tuple[tuple[int, bool], ...]]]:
+    """Every class, and per pod the classes it belongs to as (class index, is owner)."""
+    classes: list[NodeClass] = []
+    index: dict[NodeClass, int] = {}
+    for c in constraints:
+        for cls in c.owned:
+            if cls not in index:
+                index[cls] = len(classes)
+                classes.append(cls)
+    out: list[tuple[tuple[int, bool], ...]] = []
+    for pod, c in zip(pods, constraints, strict=True):
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        labels = meta.get("labels") or {}
+        owned = {index[cls] for cls in c.owned}
+        member = {i for i, cls in enumerate(classes) if cls.selector.matches(namespace, labels)}
+        out.append(tuple(sorted((i, i in owned) for i in owned | member)))
+    return classes, out

@@ -1,0 +1,278 @@
+"""The invariants a fault-tolerant control plane keeps, computed from moto, the API server and the store.
+
+- every instance tagged for the cluster has a live NodeClaim once the garbage-collection grace is over,
+  and every NodeClaim has at most one live instance;
+- every non-terminal pod is Running by the end;
+- no PodDisruptionBudget was ever violated (the API server's audit);
+- every interruption message was acted on (acknowledged) or is in the DLQ with a reason;
+- no Node keeps our termination finalizer once its instance is gone.
+
+Conditions that are legitimately transient (an instance between CreateFleet and its record, a Node
+between TerminateInstances and its finalizer's removal) count as violations only once they have lasted
+longer than the control plane's own period for repairing them, or at the end of a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.clock import parse_rfc3339
+from serverless_karpenter.lifecycle.model import NodeClaimState
+from serverless_karpenter.scheduling import pods as podlib
+
+if TYPE_CHECKING:
+    from serverless_karpenter_sim.simulation import Simulation
+
+GONE = frozenset({"shutting-down", "terminated"})
+
+
+@dataclass
+class InvariantReport:
+    at: float  # virtual seconds since the start
+    final: bool
+    leaked_instances: list[str] = field(default_factory=list)
+    orphans_within_grace: list[str] = field(default_factory=list)
+    claims_with_several_instances: dict[str, list[str]] = field(default_factory=dict)
+    pods_not_running: list[str] = field(default_factory=list)  # judged at the end only
+    pending_pods: int = 0
+    max_pending_seconds: float = 0.0
+    pdb_violations: int = 0
+    lost_messages: list[str] = field(default_factory=list)
+    messages_received: int = 0
+    messages_acted_on: int = 0
+    messages_parked: int = 0
+    nodes_with_finalizer_and_no_instance: list[str] = field(default_factory=list)
+    claims_stuck_deleting: list[str] = field(default_factory=list)
+
+    def violations(self) -> list[str]:
+        out = []
+        if self.leaked_instances:
+            out.append(f"instances with no NodeClaim past the GC grace: {', '.join(self.leaked_instances)}")
+        for claim, instances in self.claims_with_several_instances.items():
+            out.append(f"nodeclaim {claim} has {len(instances)} instances: {', '.join(instances)}")
+        if self.pods_not_running:
+            out.append(f"pods not Running at the end: {', '.join(self.pods_not_running[:10])}")
+        if self.pdb_violations:
+            out.append(f"{self.pdb_violations} PodDisruptionBudget violation(s)")
+        if self.lost_messages:
+            out.append(f"interruption messages lost: {', '.join(self.lost_messages)}")
+        if self.nodes_with_finalizer_and_no_instance:
+            out.append(
+                "nodes left with our finalizer and no instance: "
+                + ", ".join(self.nodes_with_finalizer_and_no_instance)
+            )
+        if self.claims_stuck_deleting:
+            out.append(
+                "nodeclaims still deleting with neither node nor instance: "
+                + ", ".join(self.claims_stuck_deleting)
+            )
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "final": self.final,
+            "ok": self.ok,
+            "leaked_instances": self.leaked_instances,
+            "orphans_within_grace": self.orphans_within_grace,
+            "claims_with_several_instances": self.claims_with_several_instances,
+            "pods_not_running": self.pods_not_running,
+            "pending_pods": self.pending_pods,
+            "max_pending_seconds": self.max_pending_seconds,
+            "pdb_violations": self.pdb_violations,
+            "lost_messages": self.lost_messages,
+            "messages_received": self.messages_received,
+            "messages_acted_on": self.messages_acted_on,
+            "messages_parked": self.messages_parked,
+            "nodes_with_finalizer_and_no_instance": self.nodes_with_finalizer_and_no_instance,
+            "claims_stuck_deleting": self.claims_stuck_deleting,
+        }
+
+
+class Invariants:
+    """Checks one simulation's invariants; remembers since when each transient condition has held."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self._orphan_since: dict[str, float] = {}
+        self._finalizer_since: dict[str, float] = {}
+        self._stuck_since: dict[str, float] = {}
+        self.max_pending_seconds = 0.0
+        self.reports: list[InvariantReport] = []
+
+    @property
+    def gc_deadline(self) -> float:
+        """How long an untracked instance may live: the GC grace plus two provisioner passes."""
+        grace = float(self.sim.settings.garbage_collection_grace_seconds)
+        return grace + 2 * self.sim.schedule.provisioner_every
+
+    @property
+    def finalizer_deadline(self) -> float:
+        return 4 * self.sim.schedule.termination_every + 2 * self.sim.schedule.provisioner_every
+
+    def check(self, final: bool = False) -> InvariantReport:
+        sim = self.sim
+        now = sim.elapsed
+        report = InvariantReport(at=round(now, 1), final=final)
+        records = sim.plane.store.list()
+        live_claims = {r.name for r in records if r.state != NodeClaimState.TERMINATED}
+        live_ids = {r.instance_id for r in records if r.state != NodeClaimState.TERMINATED and r.instance_id}
+        instances = self._instances()
+        alive = {i["InstanceId"]: i for i in instances if i["State"]["Name"] not in GONE}
+
+        per_claim: dict[str, list[str]] = {}
+        orphans = set()
+        for instance_id, raw in alive.items():
+            claim = _tags(raw).get(wk.NODECLAIM)
+            if claim:
+                per_claim.setdefault(claim, []).append(instance_id)
+            if claim not in live_claims and instance_id not in live_ids:
+                orphans.add(instance_id)
+        for instance_id in orphans:
+            since = self._orphan_since.setdefault(instance_id, now)
+            if now - since > self.gc_deadline:
+                report.leaked_instances.append(instance_id)
+            else:
+                report.orphans_within_grace.append(instance_id)
+        self._orphan_since = {i: t for i, t in self._orphan_since.items() if i in orphans}
+        report.claims_with_several_instances = {c: ids for c, ids in per_claim.items() if len(ids) > 1}
+
+        stuck = set()
+        nodes = sim.kube.list_nodes()
+        provider_ids = {(n.get("spec") or {}).get("providerID") for n in nodes}
+        # The dual of a Node kept by our finalizer: a deletion whose Node and instance are both gone but
+        # whose record never closed (nothing would ever revisit it).
+        deleting = set()
+        for record in records:
+            if not record.is_deleting or record.state == NodeClaimState.TERMINATED:
+                continue
+            if record.instance_id in alive or (record.provider_id and record.provider_id in provider_ids):
+                continue
+            deleting.add(record.name)
+            since = self._stuck_since.setdefault(record.name, now)
+            if final or now - since > self.finalizer_deadline:
+                report.claims_stuck_deleting.append(record.name)
+        self._stuck_since = {n: t for n, t in self._stuck_since.items() if n in deleting}
+        for node in nodes:
+            if wk.TERMINATION_FINALIZER not in (node["metadata"].get("finalizers") or []):
+                continue
+            provider_id = (node.get("spec") or {}).get("providerID") or ""
+            instance_id = provider_id.rsplit("/", 1)[-1]
+            if instance_id in alive:
+                continue
+            name = node["metadata"]["name"]
+            stuck.add(name)
+            since = self._finalizer_since.setdefault(name, now)
+            if final or now - since > self.finalizer_deadline:
+                report.nodes_with_finalizer_and_no_instance.append(name)
+        self._finalizer_since = {n: t for n, t in self._finalizer_since.items() if n in stuck}
+
+        clock_now = sim.clock.now()
+        for pod in sim.kube.list_pods():
+            if podlib.is_terminal(pod) or podlib.is_deleting(pod):
+                continue
+            if (pod.get("status") or {}).get("phase") == "Running":
+                continue
+            report.pending_pods += 1
+            if final:
+                report.pods_not_running.append(podlib.key(pod))
+            created = pod["metadata"].get("creationTimestamp")
+            if created:
+                age = (clock_now - _time(created)).total_seconds()
+                self.max_pending_seconds = max(self.max_pending_seconds, age)
+        report.max_pending_seconds = round(self.max_pending_seconds, 1)
+        report.pdb_violations = sim.kube_server.audit.pdb_violations
+        self._messages(report, final)
+        sorted_fields(report)
+        self.reports.append(report)
+        return report
+
+    def _instances(self) -> list[dict[str, Any]]:
+        sim = self.sim
+        filters = [{"Name": f"tag:{wk.TAG_CLUSTER_PREFIX}{sim.cluster_name}", "Values": ["owned"]}]
+        out: list[dict[str, Any]] = []
+        for page in sim.ec2.get_paginator("describe_instances").paginate(Filters=filters):
+            for reservation in page["Reservations"]:
+                out.extend(reservation["Instances"])
+        return out
+
+    def _messages(self, report: InvariantReport, final: bool) -> None:
+        sim = self.sim
+        assert sim.resources is not None
+        ledger = sim.faults.sqs
+        parked, unexplained = self._dlq()
+        report.messages_received = len(ledger.received)
+        report.messages_acted_on = len(ledger.acknowledged)
+        report.messages_parked = len(parked)
+        # A message moved to the DLQ by redrive carries no reason: somebody gave up on it silently.
+        report.lost_messages.extend(sorted(unexplained))
+        if final:
+            attributes = sim.sqs.get_queue_attributes(
+                QueueUrl=sim.resources.queue_url,
+                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            )["Attributes"]
+            in_queue = sum(int(v) for v in attributes.values())
+            if in_queue:
+                report.lost_messages.append(f"{in_queue} message(s) still in the queue")
+            for message_id in sorted(ledger.received):
+                if (
+                    message_id not in ledger.acknowledged
+                    and message_id not in parked
+                    and (message_id not in unexplained)
+                ):
+                    report.lost_messages.append(message_id)
+
+    def _dlq(self) -> tuple[set[str], set[str]]:
+        """Message ids in the DLQ with a reason (by the id of the message they came from) and without."""
+        sim = self.sim
+        assert sim.resources is not None
+        seen: dict[str, dict[str, Any]] = {}
+        handles = []
+        for _ in range(100):
+            response = sim.sqs.receive_message(
+                QueueUrl=sim.resources.dlq_url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                VisibilityTimeout=30,
+            )
+            messages = response.get("Messages") or []
+            if not messages:
+                break
+            for message in messages:
+                seen[message["MessageId"]] = message
+                handles.append(message["ReceiptHandle"])
+        for handle in handles:  # leave the DLQ as it was
+            sim.sqs.change_message_visibility(
+                QueueUrl=sim.resources.dlq_url, ReceiptHandle=handle, VisibilityTimeout=0
+            )
+        parked: set[str] = set()
+        unexplained: set[str] = set()
+        for message_id, message in seen.items():
+            attributes = message.get("MessageAttributes") or {}
+            reason = (attributes.get("reason") or {}).get("StringValue")
+            source = (attributes.get("source-message-id") or {}).get("StringValue") or message_id
+            (parked if reason else unexplained).add(source)
+        return parked, unexplained
+
+
+def sorted_fields(report: InvariantReport) -> None:
+    report.leaked_instances.sort()
+    report.orphans_within_grace.sort()
+    report.nodes_with_finalizer_and_no_instance.sort()
+    report.claims_stuck_deleting.sort()
+    report.pods_not_running.sort()
+
+
+def _tags(raw: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
+
+
+def _time(value: str) -> datetime:
+    return parse_rfc3339(value)

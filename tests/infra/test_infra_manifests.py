@@ -1,0 +1,343 @@
+"""deploy/rbac.yaml against the Kubernetes gateway's calls, and the CRDs: structural schemas with Karpenter's
+group, versions, scope and columns, that accept the NodePools and EC2NodeClasses users already have."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from infra.access import KUBERNETES_GROUP
+
+pytestmark = pytest.mark.infra
+
+REPO = Path(__file__).resolve().parents[2]
+RBAC = REPO / "deploy" / "rbac.yaml"
+CRD_DIR = REPO / "deploy" / "crds"
+GATEWAY = REPO / "layers" / "core" / "python" / "serverless_karpenter" / "adapters" / "kubernetes.py"
+SCENARIOS = REPO / "simulator" / "serverless_karpenter_sim" / "scenarios"
+
+API_GROUPS = {
+    "CoreV1Api": "",
+    "AppsV1Api": "apps",
+    "PolicyV1Api": "policy",
+    "StorageV1Api": "storage.k8s.io",
+    "EventsV1Api": "events.k8s.io",
+    "CoordinationV1Api": "coordination.k8s.io",
+}
+CUSTOM_RESOURCE_GROUPS = {
+    "nodepools": "karpenter.sh",
+    "nodeoverlays": "karpenter.sh",
+    "ec2nodeclasses": "karpenter.k8s.aws",
+}
+VERBS = {
+    "list": "list",
+    "read": "get",
+    "create": "create",
+    "patch": "patch",
+    "replace": "update",
+    "delete": "delete",
+}
+CLIENT_METHOD = re.compile(
+    r"^(list|read|create|patch|replace|delete)_(namespaced_)?(?P<resource>[a-z_]+?)(_for_all_namespaces)?$"
+)
+CUSTOM_METHOD = re.compile(
+    r"^(list|get|create|patch|replace|delete)_(namespaced_|cluster_)custom_object(?P<status>_status)?$"
+)
+# Resources the issue requires the ClusterRole to cover, whether or not the gateway reads them yet.
+REQUIRED_RESOURCES = {
+    ("", "pods"),
+    ("", "pods/eviction"),
+    ("", "nodes"),
+    ("", "events"),
+    ("policy", "poddisruptionbudgets"),
+    ("apps", "daemonsets"),
+    ("", "persistentvolumeclaims"),
+    ("", "persistentvolumes"),
+    ("storage.k8s.io", "storageclasses"),
+    ("karpenter.sh", "nodepools"),
+    ("karpenter.k8s.aws", "ec2nodeclasses"),
+    ("karpenter.sh", "nodeoverlays"),
+}
+
+
+def plural(snake: str) -> str:
+    word = snake.replace("_", "")
+    return word + ("es" if word.endswith(("s", "ss")) else "s")
+
+
+def client_resource(method: str) -> tuple[str, str] | None:
+    match = CLIENT_METHOD.match(method)
+    if match is None:
+        return None
+    resource = match["resource"]
+    for subresource in ("eviction", "status", "log", "binding"):
+        if resource.endswith("_" + subresource):
+            return plural(resource.removesuffix("_" + subresource)) + "/" + subresource, VERBS[match[1]]
+    return plural(resource), VERBS[match[1]]
+
+
+def gateway_permissions() -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) for every Kubernetes API method the gateway references."""
+    tree = ast.parse(GATEWAY.read_text())
+    apis: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+            and isinstance(node.targets[0], ast.Attribute)
+        ):
+            apis[node.targets[0].attr] = node.value.func.attr
+    plurals = {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in CUSTOM_RESOURCE_GROUPS
+    }
+    needed: set[tuple[str, str, str]] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)):
+            continue
+        if not (isinstance(node.value.value, ast.Name) and node.value.value.id == "self"):
+            continue
+        api_class = apis.get(node.value.attr)
+        if api_class == "CustomObjectsApi":
+            match = CUSTOM_METHOD.match(node.attr)
+            assert match, f"unmapped custom-object call {node.attr}"
+            verb = {"get": "get", "replace": "update"}.get(match[1], match[1])
+            for name in plurals:
+                resource = name + "/status" if match["status"] else name
+                needed.add((CUSTOM_RESOURCE_GROUPS[name], resource, verb))
+        elif api_class is not None:
+            assert api_class in API_GROUPS, f"unmapped API class {api_class}"
+            mapped = client_resource(node.attr)
+            assert mapped, f"unmapped client method {node.attr}"
+            needed.add((API_GROUPS[api_class], *mapped))
+    return needed
+
+
+def rbac_documents() -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all(RBAC.read_text()))
+
+
+def granted() -> set[tuple[str, str, str]]:
+    (role,) = [d for d in rbac_documents() if d["kind"] == "ClusterRole"]
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_cluster_role_covers_every_call_the_gateway_makes() -> None:
+    needed = gateway_permissions()
+    assert ("", "pods/eviction", "create") in needed  # the scan sees through _call(self.core.<method>, ...)
+    assert needed <= granted(), sorted(needed - granted())
+
+
+def test_cluster_role_grants_only_what_is_used_or_required() -> None:
+    needed = gateway_permissions()
+    for group, resource, verb in granted() - needed:
+        # Beyond the gateway's calls: only reads of the resources the issue lists for scheduling.
+        assert (group, resource) in REQUIRED_RESOURCES, (group, resource, verb)
+        assert verb in ("get", "list"), (group, resource, verb)
+    assert {(g, r) for g, r, _ in granted()} >= REQUIRED_RESOURCES
+    assert not [p for p in granted() if "*" in p]
+
+
+def test_binding_subject_is_the_access_entry_group() -> None:
+    documents = {d["kind"]: d for d in rbac_documents()}
+    binding = documents["ClusterRoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": documents["ClusterRole"]["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": KUBERNETES_GROUP}
+    ]
+    assert not KUBERNETES_GROUP.startswith("system:")  # EKS access entries refuse system: groups
+
+
+# -- CRDs -----------------------------------------------------------------------------------------------
+
+EXPECTED_CRDS = {
+    "nodepools.karpenter.sh": ("karpenter.sh", "NodePool", "v1", {"NodeClass", "Nodes", "Ready", "Age"}),
+    "ec2nodeclasses.karpenter.k8s.aws": ("karpenter.k8s.aws", "EC2NodeClass", "v1", {"Ready", "Age"}),
+    "nodeoverlays.karpenter.sh": ("karpenter.sh", "NodeOverlay", "v1alpha1", {"Ready", "Age"}),
+}
+
+
+def crds() -> dict[str, dict[str, Any]]:
+    found = {}
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        document = yaml.safe_load(path.read_text())
+        assert document["apiVersion"] == "apiextensions.k8s.io/v1"
+        assert document["kind"] == "CustomResourceDefinition"
+        assert path.name == f"{document['spec']['group']}_{document['spec']['names']['plural']}.yaml"
+        found[document["metadata"]["name"]] = document
+    return found
+
+
+def schema_nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, schema
+    for name, child in schema.get("properties", {}).items():
+        yield from schema_nodes(child, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from schema_nodes(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from schema_nodes(schema["additionalProperties"], f"{path}{{}}")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_CRDS))
+def test_crd_group_version_scope_subresources_and_columns(name: str) -> None:
+    crd = crds()[name]
+    group, kind, version, default_columns = EXPECTED_CRDS[name]
+    spec = crd["spec"]
+    assert spec["group"] == group
+    assert spec["scope"] == "Cluster"
+    assert spec["names"]["kind"] == kind
+    assert spec["names"]["singular"] == kind.lower()
+    assert spec["names"]["plural"] == name.split(".", maxsplit=1)[0]
+    assert "karpenter" in spec["names"]["categories"]
+    (served,) = spec["versions"]
+    assert (served["name"], served["served"], served["storage"]) == (version, True, True)
+    assert served["subresources"] == {"status": {}}
+    columns = {c["name"]: c for c in served["additionalPrinterColumns"]}
+    assert {n for n, c in columns.items() if c.get("priority", 0) == 0} == default_columns
+    assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert columns["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_CRDS))
+def test_crd_schema_is_structural(name: str) -> None:
+    schema = crds()[name]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert set(schema["properties"]) == {"apiVersion", "kind", "metadata", "spec", "status"}
+    assert schema["properties"]["status"].get("x-kubernetes-preserve-unknown-fields") is True
+    for path, node in schema_nodes(schema):
+        if "anyOf" in node:  # only int-or-string, the one anyOf a structural schema allows without a type
+            assert node.get("x-kubernetes-int-or-string") is True, path
+            continue
+        assert "type" in node, f"{name}{path} has no type"
+        if node["type"] == "object" and path not in ("", ".metadata"):
+            has_shape = "properties" in node or "additionalProperties" in node
+            assert has_shape or node.get("x-kubernetes-preserve-unknown-fields"), (
+                f"{name}{path} is an untyped object"
+            )
+
+
+def _validator(name: str) -> jsonschema.Draft7Validator:
+    schema = crds()[name]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return jsonschema.Draft7Validator(schema)
+
+
+def scenario_manifests() -> list[dict[str, Any]]:
+    manifests = []
+    for path in sorted(SCENARIOS.glob("*.yaml")):
+        manifests.extend(yaml.safe_load(path.read_text()).get("manifests", []))
+    return manifests
+
+
+KARPENTER_DOCS_NODEPOOL = {
+    "apiVersion": "karpenter.sh/v1",
+    "kind": "NodePool",
+    "metadata": {"name": "gpu"},
+    "spec": {
+        "weight": 10,
+        "template": {
+            "metadata": {"labels": {"team": "ml"}},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [
+                    {
+                        "key": "karpenter.k8s.aws/instance-family",
+                        "operator": "In",
+                        "values": ["g5"],
+                        "minValues": 1,
+                    }
+                ],
+                "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+                "expireAfter": "Never",
+                "terminationGracePeriod": "48h",
+            },
+        },
+        "limits": {"cpu": "1000", "memory": "1000Gi", "nvidia.com/gpu": 8},
+        "disruption": {
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": "30s",
+            "budgets": [
+                {"nodes": "20%", "reasons": ["Empty", "Drifted"]},
+                {"nodes": "0", "schedule": "@daily", "duration": "10m"},
+            ],
+        },
+    },
+}
+
+
+def test_crds_accept_the_manifests_users_already_have() -> None:
+    by_kind = {kind: name for name, (_, kind, _, _) in EXPECTED_CRDS.items()}
+    manifests = [m for m in scenario_manifests() if m.get("kind") in by_kind] + [KARPENTER_DOCS_NODEPOOL]
+    assert {m["kind"] for m in manifests} >= {"NodePool", "EC2NodeClass"}
+    for manifest in manifests:
+        errors = [e.message for e in _validator(by_kind[manifest["kind"]]).iter_errors(manifest)]
+        assert errors == [], (manifest["metadata"]["name"], errors)
+
+
+@pytest.mark.parametrize(
+    ("kind", "patch", "message"),
+    [
+        (
+            "NodePool",
+            {"spec": {"template": {"spec": {"nodeClassRef": None}}}},
+            "'nodeClassRef' is a required property",
+        ),
+        (
+            "NodePool",
+            {"spec": {"template": {"spec": {"requirements": [{"key": "k", "operator": "Equals"}]}}}},
+            "is not one of",
+        ),
+        ("NodePool", {"spec": {"weight": 0}}, "less than the minimum"),
+        ("NodePool", {"spec": {"disruption": {"consolidationPolicy": "WhenUnderutilized"}}}, "is not one of"),
+        ("EC2NodeClass", {"spec": {"amiFamily": "Ubuntu"}}, "is not one of"),
+        ("EC2NodeClass", {"spec": {"subnetSelectorTerms": []}}, "should be non-empty"),
+    ],
+)
+def test_crds_reject_what_karpenter_rejects(kind: str, patch: dict[str, Any], message: str) -> None:
+    base = {
+        "NodePool": KARPENTER_DOCS_NODEPOOL,
+        "EC2NodeClass": {
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {
+                "role": "KarpenterNodeRole-demo",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+            },
+        },
+    }[kind]
+    name = next(n for n, (_, k, _, _) in EXPECTED_CRDS.items() if k == kind)
+    assert list(_validator(name).iter_errors(base)) == []
+    manifest = _merge(base, patch)
+    errors = " ".join(e.message for e in _validator(name).iter_errors(manifest))
+    assert message in errors
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386): None deletes a key."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        merged = dict(base)
+        for key, value in patch.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = _merge(base.get(key), value) if key in base else value
+        return merged
+    return patch

@@ -1,0 +1,70 @@
+"""Kubernetes API faults: 5xx, timeouts, 409 conflicts and lists cut mid-way, against the control plane's
+requests only, while it provisions, registers and drains. The invariants hold after every step and at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serverless_karpenter import crashpoints
+from serverless_karpenter_sim.scenario import load_scenario
+from serverless_karpenter_sim.simulation import Schedule, Simulation
+
+from tests.integration.simulate import deployment, nodeclass, nodepool, run_checked, write_scenario
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def _no_armed_crashes() -> Iterator[None]:
+    crashpoints.disarm_all()
+    yield
+    crashpoints.disarm_all()
+
+
+def pdb(app: str, max_unavailable: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": app, "namespace": "default"},
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": app}}},
+    }
+
+
+def test_kubernetes_api_faults_converge_without_violations(tmp_path: Path) -> None:
+    scenario = {
+        "name": "faults-kube",
+        "manifests": [nodepool(), nodeclass(), deployment("web", 8), pdb("web", 1)],
+        "steps": [
+            {"fault": {"kube": {"verb": "list", "resource": "pods", "status": 500}, "times": 3}},
+            {"fault": {"kube": {"verb": "list", "resource": "pods", "status": "drop"}, "times": 2}},
+            {"fault": {"kube": {"verb": "patch", "resource": "nodes", "status": 409}, "times": 2}},
+            {"fault": {"kube": {"verb": "list", "resource": "nodes", "status": 503}, "times": 2}},
+            {"wait": "240s"},
+            {"fault": {"kube": {"verb": "create", "resource": "pods/eviction", "status": 500}, "times": 2}},
+            {
+                "fault": {
+                    "kube": {"verb": "list", "resource": "pods", "status": "timeout", "delay_seconds": 0.05},
+                    "times": 2,
+                    "function": "termination",
+                }
+            },
+            {"fault": {"kube": {"verb": "patch", "resource": "nodes", "status": 409}, "times": 2}},
+            {"delete": {"kind": "Node", "name": "${node:0}"}},
+            {"wait": "150s"},
+        ],
+    }
+    sim = Simulation(
+        load_scenario(str(write_scenario(tmp_path, scenario))),
+        schedule=Schedule(tick_seconds=2.0, watcher_every=2.0),
+    )
+    report = run_checked(sim)
+    statuses = {key.split("/", 1)[1] for key in sim.faults.injected}
+    assert {"500", "drop", "409", "503"} <= statuses
+    # The simulator's own controllers never saw a fault: every injected one hit the control plane.
+    assert sim.faults.total_injected == sim.kube_server.faults.injected
+    assert report["pods"] == {"total": 8, "running": 8, "pending": 0}
+    assert report["pdb_violations"] == 0
+    assert "Terminated" in [c["state"] for c in report["nodeclaims"]]

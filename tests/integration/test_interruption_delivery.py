@@ -1,0 +1,153 @@
+"""Acceptance 3 of issue 6, through the simulator: at-most-once effect for duplicates, malformed messages
+to the DLQ beside valid ones, transient Kubernetes API failures retried as batch item failures."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from serverless_karpenter import crashpoints
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.clock import to_rfc3339
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.observability import Msg
+from serverless_karpenter_sim.scenario import load_scenario
+from serverless_karpenter_sim.simulation import Schedule, Simulation
+
+pytestmark = pytest.mark.integration
+FAST = Schedule(provisioner_every=15.0, boot_delay=10.0, ready_delay=5.0)
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulation]:
+    crashpoints.disarm_all()
+    scenario = load_scenario("spot-interruption").model_copy(update={"steps": []})
+    # Quicker machines and provisioner passes than the defaults: these tests are about order, not speed.
+    simulation = Simulation(scenario, schedule=FAST, log=io.StringIO())
+    simulation.start()
+    try:
+        simulation.run_for(45)
+        assert sum(r.state == NodeClaimState.INITIALIZED for r in simulation.plane.store.list()) == 3
+        yield simulation
+    finally:
+        simulation.stop()
+
+
+def envelope(sim: Simulation, detail_type: str, instance_id: str, event_id: str | None = None) -> str:
+    return json.dumps(
+        {
+            "version": "0",
+            "id": event_id or str(uuid.uuid4()),
+            "detail-type": detail_type,
+            "source": "aws.ec2",
+            "account": "123456789012",
+            "time": to_rfc3339(sim.clock.now()),
+            "region": "us-east-1",
+            "resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/{instance_id}"],
+            "detail": {"instance-id": instance_id, "instance-action": "terminate"},
+        }
+    )
+
+
+def log_records(sim: Simulation) -> list[dict[str, Any]]:
+    out = []
+    for line in sim.lambdas.log.getvalue().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def claims(sim: Simulation) -> list[NodeClaimRecord]:
+    by_name = {r.name: r for r in sim.plane.store.list()}
+    return [by_name[n] for n in sim.launch_order[:3]]
+
+
+def test_duplicates_malformed_and_transient_failures(sim: Simulation) -> None:
+    first, second, third = claims(sim)
+    assert first.instance_id and second.instance_id and third.instance_id
+    assert first.node_name and second.node_name and third.node_name
+    queue = sim.resources.queue_url if sim.resources else ""
+
+    # A transient Kubernetes API failure (503 on the Node delete) fails that message only; SQS
+    # delivers it again and the retry finishes the job.
+    fault = sim.kube_server.faults.add(verb="delete", resource="nodes", name=first.node_name, status=503)
+    sim.send_raw(envelope(sim, "EC2 Spot Instance Interruption Warning", first.instance_id))
+    sim.tick()
+    assert fault.injected == 1
+    assert sim.events_handled == 0  # reported as a batch item failure, left on the queue
+    sim.tick()
+    assert sim.events_handled == 1
+    node = sim.kube.get_node(first.node_name)
+    assert node is None or node["metadata"].get("deletionTimestamp")
+    assert sim.lambdas.errors.get("interruption", 0) == 0
+
+    # The same event delivered twice: one action, one drain.
+    duplicate = envelope(sim, "EC2 Spot Instance Interruption Warning", second.instance_id, "dup-event-1")
+    sim.send_raw(duplicate)
+    sim.tick()
+    sim.send_raw(duplicate)
+    sim.tick()
+    assert sim.events_handled == 3
+    records = log_records(sim)
+    initiated = [
+        r
+        for r in records
+        if r.get("message") == Msg.INITIATING_DELETE_FROM_INTERRUPTION
+        and r.get("instance") == second.instance_id
+    ]
+    assert len(initiated) == 1
+
+    # A malformed message and a valid one in the same batch.
+    sim.send_raw("{not json")
+    sim.send_raw(envelope(sim, "EC2 Instance Rebalance Recommendation", third.instance_id))
+    sim.tick()
+    assert sim.events_handled == 5
+    dlq = sim.sqs.receive_message(
+        QueueUrl=sim.resources.dlq_url if sim.resources else "",
+        MessageAttributeNames=["All"],
+        MaxNumberOfMessages=10,
+    )["Messages"]
+    assert [m["Body"] for m in dlq] == ["{not json"]
+    assert "not JSON" in dlq[0]["MessageAttributes"]["reason"]["StringValue"]
+    events = k8s.CoreV1Api(sim.api_client).list_event_for_all_namespaces().items
+    assert any(
+        e.reason == "RebalanceRecommendation" and e.involved_object.name == third.node_name for e in events
+    )
+    assert (
+        sim.sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessages"])[
+            "Attributes"
+        ]["ApproximateNumberOfMessages"]
+        == "0"
+    )
+
+    # Two nodes drained at once against minAvailable 2: the PDB refuses one eviction (429), which is
+    # retried with back-off until the first replacement runs.
+    for _ in range(300):
+        sim.tick()
+        if sim.settled():
+            break
+    assert sim.settled()
+    drains = [r for r in log_records(sim) if r.get("message") == "draining node"]
+    assert sorted(r["node"] for r in drains) == sorted([first.node_name, second.node_name])
+    assert sim.kube_server.audit.pdb_violations == 0
+    assert sim.kube_server.audit.evictions_refused >= 1
+    for record in (first, second):
+        closed = sim.plane.store.get(record.name)
+        assert closed is not None and closed.state == NodeClaimState.TERMINATED
+    kept = sim.plane.store.get(third.name)
+    assert kept is not None and kept.state == NodeClaimState.INITIALIZED  # a rebalance event only
+    running = [p for p in sim.kube.list_pods() if (p.get("status") or {}).get("phase") == "Running"]
+    assert len(running) == 3
+    assert not [
+        n
+        for n in sim.kube.list_nodes()
+        if wk.TERMINATION_FINALIZER in (n["metadata"].get("finalizers") or [])
+        and n["metadata"].get("deletionTimestamp")
+    ]

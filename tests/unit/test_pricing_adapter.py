@@ -1,0 +1,172 @@
+"""On-demand prices from the Pricing API, spot prices from the history, the fallbacks, the refresh."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from botocore.stub import Stubber
+from serverless_karpenter.adapters.pricing import (
+    PriceSource,
+    on_demand_filters,
+    parse_price_list,
+    pricing_endpoint_region,
+)
+from serverless_karpenter.catalog.prices import bundled_on_demand_prices
+from serverless_karpenter.clock import ManualClock
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def product(instance_type: str, usd: str) -> str:
+    return json.dumps(
+        {
+            "product": {"attributes": {"instanceType": instance_type, "operatingSystem": "Linux"}},
+            "terms": {
+                "OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": usd}}}}}
+            },
+        }
+    )
+
+
+class FakePricing:
+    """GetProducts in pages; records the calls; can be told to fail."""
+
+    def __init__(self, pages: list[list[str]], fail: bool = False) -> None:
+        self.pages = pages
+        self.fail = fail
+        self.calls: list[dict[str, Any]] = []
+
+    def get_products(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(kwargs)
+        if self.fail:
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "GetProducts")
+        index = int(kwargs.get("NextToken") or 0)
+        page: dict[str, Any] = {"PriceList": self.pages[index]}
+        if index + 1 < len(self.pages):
+            page["NextToken"] = str(index + 1)
+        return page
+
+
+@pytest.mark.parametrize(
+    ("region", "endpoint"),
+    [
+        ("us-east-1", "us-east-1"),
+        ("us-west-2", "us-east-1"),
+        ("ca-central-1", "us-east-1"),
+        ("eu-west-1", "eu-central-1"),
+        ("ap-northeast-1", "ap-south-1"),
+        ("cn-north-1", "cn-northwest-1"),
+    ],
+)
+def test_the_pricing_endpoint_serves_the_region(region: str, endpoint: str) -> None:
+    assert pricing_endpoint_region(region) == endpoint
+
+
+def test_filters_are_karpenters() -> None:
+    fields = {f["Field"]: f["Value"] for f in on_demand_filters("eu-west-1")}
+    assert fields == {
+        "regionCode": "eu-west-1",
+        "serviceCode": "AmazonEC2",
+        "preInstalledSw": "NA",
+        "operatingSystem": "Linux",
+        "capacitystatus": "Used",
+        "marketoption": "OnDemand",
+        "tenancy": "Shared",
+    }
+    assert all(f["Type"] == "TERM_MATCH" for f in on_demand_filters("eu-west-1"))
+
+
+def test_price_list_parsing_keeps_the_lowest_non_zero_price() -> None:
+    prices = parse_price_list(
+        [
+            product("m5.large", "0.0960000000"),
+            product("m5.large", "0.0000000000"),
+            product("c6i.large", "0.085"),
+        ]
+    )
+    assert prices == {"m5.large": 0.096, "c6i.large": 0.085}
+
+
+def test_prices_come_from_the_right_endpoint_and_refresh_every_12_hours() -> None:
+    clock = ManualClock(START)
+    fake = FakePricing([[product("m5.large", "0.2")], [product("c6i.large", "0.3")]])
+    endpoints: list[str] = []
+
+    def factory(endpoint: str) -> FakePricing:
+        endpoints.append(endpoint)
+        return fake
+
+    source = PriceSource("eu-west-1", clock, pricing_client=factory, ec2=None)
+    assert source.on_demand_prices() == {"m5.large": 0.2, "c6i.large": 0.3}
+    assert source.on_demand_source == "pricing-api"
+    assert endpoints == ["eu-central-1"]
+    assert len(fake.calls) == 2  # two pages
+    clock.advance(timedelta(hours=11, minutes=59).total_seconds())
+    source.on_demand_prices()
+    assert len(fake.calls) == 2
+    fake.pages = [[product("m5.large", "0.25")]]
+    clock.advance(120)
+    assert source.on_demand_prices() == {"m5.large": 0.25}
+
+
+def test_a_failing_pricing_api_falls_back_to_the_bundled_snapshot_and_retries_sooner() -> None:
+    clock = ManualClock(START)
+    fake = FakePricing([[product("m5.large", "0.2")]], fail=True)
+    source = PriceSource("us-east-1", clock, pricing_client=fake, ec2=None)
+    prices = source.on_demand_prices()
+    assert prices == bundled_on_demand_prices("us-east-1")
+    assert source.on_demand_source == "bundled"
+    fake.fail = False
+    clock.advance(301)
+    assert source.on_demand_prices() == {"m5.large": 0.2}
+
+
+def test_spot_prices_are_the_latest_linux_price_per_type_and_zone() -> None:
+    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    clock = ManualClock(START)
+    with Stubber(ec2) as stub:
+        stub.add_response(
+            "describe_spot_price_history",
+            {
+                "SpotPriceHistory": [
+                    {
+                        "InstanceType": "m5.large",
+                        "AvailabilityZone": "us-east-1a",
+                        "ProductDescription": "Linux/UNIX",
+                        "SpotPrice": "0.040",
+                        "Timestamp": START - timedelta(hours=2),
+                    },
+                    {
+                        "InstanceType": "m5.large",
+                        "AvailabilityZone": "us-east-1a",
+                        "ProductDescription": "Linux/UNIX",
+                        "SpotPrice": "0.035",
+                        "Timestamp": START - timedelta(minutes=5),
+                    },
+                    {
+                        "InstanceType": "m5.large",
+                        "AvailabilityZone": "us-east-1b",
+                        "ProductDescription": "Linux/UNIX (Amazon VPC)",
+                        "SpotPrice": "0.038",
+                        "Timestamp": START - timedelta(minutes=1),
+                    },
+                ]
+            },
+            {"ProductDescriptions": ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"], "StartTime": START},
+        )
+        source = PriceSource("us-east-1", clock, pricing_client=None, ec2=ec2)
+        assert source.spot_prices() == {("m5.large", "us-east-1a"): 0.035, ("m5.large", "us-east-1b"): 0.038}
+        assert source.spot_prices() is source.spot_prices()  # cached: no second call (the stub has none)
+
+
+def test_spot_history_errors_leave_no_spot_prices() -> None:
+    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(ec2) as stub:
+        stub.add_client_error("describe_spot_price_history", "UnauthorizedOperation")
+        source = PriceSource("us-east-1", ManualClock(START), pricing_client=None, ec2=ec2)
+        assert source.spot_prices() == {}

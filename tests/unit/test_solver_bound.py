@@ -1,0 +1,59 @@
+"""The covering bound is a proven lower bound (never above the LP optimum) and close to it."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from serverless_karpenter.solver.bound import dual_bound
+
+
+def exact_lp(demand: tuple[float, float], columns: list[tuple[tuple[float, float], float]]) -> float:
+    """min c.x s.t. sum x_t a_t >= demand, x >= 0, by enumerating bases (two rows: at most two columns)."""
+    best = float("inf")
+    for a, c in columns:
+        need = max(
+            demand[i] / a[i] if a[i] > 0 else (float("inf") if demand[i] > 0 else 0.0) for i in range(2)
+        )
+        best = min(best, need * c)
+    for (a, ca), (b, cb) in itertools.combinations(columns, 2):
+        det = a[0] * b[1] - a[1] * b[0]
+        if abs(det) < 1e-12:
+            continue
+        x = (demand[0] * b[1] - demand[1] * b[0]) / det
+        y = (a[0] * demand[1] - a[1] * demand[0]) / det
+        if x >= -1e-12 and y >= -1e-12:
+            best = min(best, x * ca + y * cb)
+    return best
+
+
+def test_one_type() -> None:
+    bound, weights = dual_bound([10], 0, [((4,), 1.0)])
+    assert bound == pytest.approx(2.5)
+    assert weights[0] * 4 <= 1.0 + 1e-9  # dual feasible: y . a <= c
+
+
+def test_pods_that_need_a_node_each_raise_the_bound() -> None:
+    assert dual_bound([1], 5, [((4,), 1.0)])[0] == pytest.approx(5.0)
+
+
+def test_two_resources_mix_two_types() -> None:
+    bound, _ = dual_bound([8, 32], 0, [((4, 8), 1.0), ((2, 16), 1.0)])
+    assert bound == pytest.approx(8 / 3, rel=1e-3)
+    assert bound <= 8 / 3 + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_never_above_the_lp_optimum_and_close_to_it(seed: int) -> None:
+    rng = random.Random(seed)
+    columns = [
+        ((rng.uniform(1, 64), rng.uniform(1, 256)), rng.uniform(0.05, 5.0)) for _ in range(rng.randint(2, 30))
+    ]
+    demand = (rng.uniform(10, 2000), rng.uniform(10, 8000))
+    bound, weights = dual_bound(list(demand), 0, columns)
+    optimum = exact_lp(demand, columns)
+    assert bound <= optimum * (1 + 1e-9)
+    assert bound >= optimum * (1 - 1e-3)
+    for room, price in columns:  # the weights are a feasible dual: the bound is proven, not estimated
+        assert weights[0] * room[0] + weights[1] * room[1] <= price * (1 + 1e-9)

@@ -1,0 +1,203 @@
+"""The solver's repacking: never dearer than first-fit, every pod placed once, every constraint kept."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.catalog import load_bundled_catalog
+from serverless_karpenter.runtime import SchedulableInstanceType
+from serverless_karpenter.scheduling import pods as podlib
+from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.scheduler import (
+    MAX_INSTANCE_TYPES,
+    NodePoolTemplate,
+    Scheduler,
+    SchedulingResult,
+    cheapest_offering,
+    nodepool_requirements,
+)
+from serverless_karpenter.solver import SolveReport, claim_cost, improve
+
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
+FAMILIES = {"c6a", "m6a", "r6a", "c7i", "m7i", "r7i"}
+
+
+def types() -> list[SchedulableInstanceType]:
+    catalog = load_bundled_catalog("us-east-1", ZONES)
+    return [
+        SchedulableInstanceType(
+            it.name, it.allocatable, it.capacity, it.labels, catalog.available_offerings(it)
+        )
+        for it in catalog
+        if it.family in FAMILIES and not it.bare_metal
+    ]
+
+
+def template(
+    overhead: resources.ResourceList | None = None, remaining: resources.ResourceList | None = None
+) -> NodePoolTemplate:
+    requirements, labels, taints = nodepool_requirements(
+        {
+            "metadata": {"name": "default"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "requirements": [{"key": wk.CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}]
+                    }
+                }
+            },
+        }
+    )
+    return NodePoolTemplate(
+        name="default",
+        nodeclass="default",
+        weight=0,
+        requirements=requirements,
+        labels=labels,
+        taints=taints,
+        instance_types=types(),
+        daemon_overhead=overhead or {},
+        remaining=remaining,
+    )
+
+
+def pod(
+    name: str, cpu: str, memory: str, labels: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+            **spec,
+        },
+    }
+
+
+def heterogeneous(count: int, seed: int = 7) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    shapes = [
+        ("2", "1Gi"),
+        ("3500m", "2Gi"),
+        ("250m", "6Gi"),
+        ("500m", "12Gi"),
+        ("1", "4Gi"),
+        ("100m", "128Mi"),
+    ]
+    return [pod(f"p{i}", *rng.choice(shapes)) for i in range(count)]
+
+
+def solve(
+    pending: list[dict[str, Any]], tpl: NodePoolTemplate | None = None
+) -> tuple[SchedulingResult, SchedulingResult, SolveReport]:
+    tpl = tpl or template()
+    first_fit = Scheduler([tpl]).solve(pending)
+    ffd_claims = list(first_fit.new_nodeclaims)
+    ffd = SchedulingResult(ffd_claims, first_fit.existing, first_fit.unschedulable)
+    improved, report = improve(first_fit, [tpl], 5.0, pending)
+    return ffd, improved, report
+
+
+def assert_valid(improved: SchedulingResult, ffd: SchedulingResult, pending: list[dict[str, Any]]) -> None:
+    placed = Counter(k for c in improved.new_nodeclaims for k in c.pods)
+    assert placed == Counter(k for c in ffd.new_nodeclaims for k in c.pods)
+    assert set(placed.values()) == {1}
+    by_key = {podlib.key(p): p for p in pending}
+    for claim in improved.new_nodeclaims:
+        total = resources.merge(*(podlib.requests(by_key[k]) for k in claim.pods), claim.daemon_overhead)
+        assert claim.requests == total
+        assert claim.instance_types and len(claim.instance_types) <= MAX_INSTANCE_TYPES
+        assert all(resources.fits(total, it.allocatable) for it in claim.instance_types)
+        offerings = [cheapest_offering(claim.requirements, it) for it in claim.instance_types]
+        prices = [o.price for o in offerings if o is not None]
+        assert len(prices) == len(offerings)
+        assert prices == sorted(prices)  # cheapest first, as CreateFleet gets them
+
+
+def test_heterogeneous_pods_cost_at_least_5_percent_less_than_first_fit() -> None:
+    pending = heterogeneous(400)
+    ffd, improved, report = solve(pending)
+    assert_valid(improved, ffd, pending)
+    ffd_cost = sum(claim_cost(c) for c in ffd.new_nodeclaims)
+    assert report.ffd_cost == pytest.approx(ffd_cost)
+    assert report.cost == pytest.approx(sum(claim_cost(c) for c in improved.new_nodeclaims))
+    assert report.cost <= 0.95 * ffd_cost
+    assert report.lower_bound <= report.cost
+    assert report.gap == pytest.approx(report.cost / report.lower_bound - 1)
+
+
+def test_never_dearer_than_first_fit_even_when_first_fit_is_optimal() -> None:
+    pending = [pod("only", "1", "1Gi")]
+    ffd, improved, report = solve(pending)
+    assert_valid(improved, ffd, pending)
+    assert report.cost <= report.ffd_cost
+    assert report.lower_bound <= report.cost
+
+
+def test_daemonset_overhead_is_room_the_pods_cannot_use() -> None:
+    overhead = {resources.CPU: 500, resources.MEMORY: 512 * 1024 * 1024}
+    pending = heterogeneous(120, seed=3)
+    ffd, improved, _ = solve(pending, template(overhead=overhead))
+    assert_valid(improved, ffd, pending)
+    assert all(c.daemon_overhead == overhead for c in improved.new_nodeclaims)
+
+
+def test_hostname_anti_affinity_keeps_matching_pods_apart() -> None:
+    term = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": wk.HOSTNAME}
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    pending = [pod(f"db{i}", "250m", "256Mi", {"app": "db"}, affinity=anti) for i in range(12)]
+    pending += [pod(f"web{i}", "500m", "1Gi", {"app": "web"}) for i in range(30)]
+    ffd, improved, _ = solve(pending)
+    assert_valid(improved, ffd, pending)
+    for claim in improved.new_nodeclaims:
+        assert sum(k.startswith("default/db") for k in claim.pods) <= 1
+    assert len(improved.new_nodeclaims) >= 12
+
+
+def test_hostname_spread_puts_at_most_max_skew_matching_pods_on_a_node() -> None:
+    spread = {
+        "maxSkew": 2,
+        "topologyKey": wk.HOSTNAME,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "api"}},
+    }
+    pending = [
+        pod(f"api{i}", "100m", "128Mi", {"app": "api"}, topologySpreadConstraints=[spread]) for i in range(10)
+    ]
+    pending += [pod(f"batch{i}", "1", "2Gi") for i in range(20)]
+    ffd, improved, _ = solve(pending)
+    assert_valid(improved, ffd, pending)
+    for claim in improved.new_nodeclaims:
+        assert sum(k.startswith("default/api") for k in claim.pods) <= 2
+
+
+def test_claims_with_constraints_the_solver_cannot_keep_stay_as_first_fit_made_them() -> None:
+    term = {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": wk.HOSTNAME}
+    together = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    pending = [pod(f"cache{i}", "1", "1Gi", {"app": "cache"}, affinity=together) for i in range(3)]
+    ffd, improved, report = solve(pending)
+    assert improved.new_nodeclaims == ffd.new_nodeclaims
+    assert report.pinned_claims == len(ffd.new_nodeclaims)
+
+
+def test_pods_keep_the_zone_their_claim_had() -> None:
+    pending = [pod(f"a{i}", "1", "2Gi", nodeSelector={wk.ZONE: "us-east-1a"}) for i in range(40)]
+    pending += [pod(f"b{i}", "250m", "6Gi", nodeSelector={wk.ZONE: "us-east-1b"}) for i in range(40)]
+    ffd, improved, _ = solve(pending)
+    assert_valid(improved, ffd, pending)
+    for claim in improved.new_nodeclaims:
+        zones = claim.requirements.get(wk.ZONE)
+        expected = "us-east-1a" if claim.pods[0].startswith("default/a") else "us-east-1b"
+        assert zones.has(expected) and zones.len() == 1
+        assert all(k.startswith(claim.pods[0][:9]) for k in claim.pods)
+
+
+def test_nodepools_with_limits_are_left_to_first_fit() -> None:
+    pending = heterogeneous(50)
+    tpl = template(remaining={resources.CPU: 10_000_000})
+    ffd, improved, report = solve(pending, tpl)
+    assert improved.new_nodeclaims == ffd.new_nodeclaims
+    assert report.cost == pytest.approx(report.ffd_cost)

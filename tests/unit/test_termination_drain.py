@@ -1,0 +1,401 @@
+"""The terminator's passes on fakes: priority groups, PDB back-off, do-not-disrupt, grace deadlines,
+hand-off to provisioning, replace-first, terminate then release; and the termination-work queue."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import boto3
+import pytest
+from moto import mock_aws
+from serverless_karpenter.adapters import aws
+from serverless_karpenter.adapters.kubernetes import EvictionResult
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.clock import ManualClock, to_rfc3339
+from serverless_karpenter.config import Settings
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.provisioning.context import ControlPlane
+from serverless_karpenter.termination.handoff import pods_on_deleting_nodes
+from serverless_karpenter.termination.terminator import (
+    EVICTION_BACKOFF,
+    REPLACE_FIRST_UNTIL,
+    Terminator,
+    priority_group,
+)
+from serverless_karpenter.termination.usecases import queue_termination_pass, run_termination
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+NODE = "ip-10-0-0-1.ec2.internal"
+
+
+def pod(
+    name: str,
+    *,
+    node: str = NODE,
+    daemonset: bool = False,
+    critical: bool = False,
+    grace: int = 30,
+    annotations: dict[str, str] | None = None,
+    tolerations: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    owner = {"kind": "DaemonSet" if daemonset else "ReplicaSet", "name": "o", "controller": True}
+    spec: dict[str, Any] = {"nodeName": node, "terminationGracePeriodSeconds": grace}
+    if critical:
+        spec["priorityClassName"] = "system-node-critical"
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "ownerReferences": [owner],
+            "annotations": annotations or {},
+        },
+        "spec": spec,
+        "status": {"phase": "Running"},
+    }
+
+
+@dataclass
+class FakeInstance:
+    state: str
+
+
+@dataclass
+class Cluster:
+    """Nodes, pods and a PDB that refuses evictions of the pods named in ``refuse``."""
+
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    refuse: set[str] = field(default_factory=set)
+    eviction_attempts: list[str] = field(default_factory=list)
+    deletions: list[tuple[str, int | None]] = field(default_factory=list)
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return list(self.nodes.values())
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        return self.nodes.get(name)
+
+    def list_pods_on_node(self, name: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods.values() if p["spec"].get("nodeName") == name]
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        node = self.nodes[name]
+        node["metadata"].setdefault("labels", {}).update(patch.get("metadata", {}).get("labels", {}))
+        node.setdefault("spec", {}).update(patch.get("spec", {}))
+        return node
+
+    def delete_node(self, name: str) -> None:
+        self.nodes[name]["metadata"]["deletionTimestamp"] = to_rfc3339(NOW)
+
+    def remove_node_finalizer(self, node: dict[str, Any], finalizer: str) -> None:
+        self.nodes.pop(node["metadata"]["name"], None)
+
+    def evict(self, p: dict[str, Any]) -> str:
+        name = p["metadata"]["name"]
+        self.eviction_attempts.append(name)
+        if name in self.refuse:
+            return EvictionResult.BLOCKED
+        self.pods[name]["metadata"]["deletionTimestamp"] = to_rfc3339(NOW)
+        return EvictionResult.EVICTED
+
+    def delete_pod(self, p: dict[str, Any], grace_period_seconds: int | None = None) -> None:
+        self.deletions.append((p["metadata"]["name"], grace_period_seconds))
+        self.pods[p["metadata"]["name"]]["metadata"]["deletionTimestamp"] = to_rfc3339(NOW)
+
+    def kubelet_finishes(self) -> None:
+        """Pods being deleted go away, as the kubelet would finish them."""
+        self.pods = {k: p for k, p in self.pods.items() if not p["metadata"].get("deletionTimestamp")}
+
+
+class Store:
+    def __init__(self, *records: NodeClaimRecord) -> None:
+        self.records = {r.name: r for r in records}
+
+    def find_by_node_name(self, name: str) -> NodeClaimRecord | None:
+        return next((r for r in self.records.values() if r.node_name == name), None)
+
+    def find_by_instance_id(self, instance_id: str) -> NodeClaimRecord | None:
+        return next((r for r in self.records.values() if r.instance_id == instance_id), None)
+
+    def get(self, name: str) -> NodeClaimRecord | None:
+        return self.records.get(name)
+
+    def list(self) -> list[NodeClaimRecord]:
+        return list(self.records.values())
+
+    def save(self, record: NodeClaimRecord) -> NodeClaimRecord:
+        saved = record.model_copy(update={"version": record.version + 1})
+        self.records[record.name] = saved
+        return saved
+
+
+@dataclass
+class Launcher:
+    instances: dict[str, FakeInstance] = field(default_factory=dict)
+
+    def describe(self, instance_id: str) -> FakeInstance | None:
+        return self.instances.get(instance_id)
+
+    def terminate(self, ids: list[str]) -> None:
+        for i in ids:
+            self.instances[i] = FakeInstance("terminated")
+
+
+@dataclass
+class World:
+    plane: ControlPlane
+    clock: ManualClock
+    cluster: Cluster
+    store: Store
+    launcher: Launcher
+    woken: list[dict[str, object]] = field(default_factory=list)
+
+    def terminator(self) -> Terminator:
+        return Terminator(self.plane, self.woken.append)
+
+    def record(self) -> NodeClaimRecord:
+        record = self.store.get("victim")
+        assert record is not None
+        return record
+
+
+def world(*pods: dict[str, Any], **record_fields: Any) -> World:
+    clock = ManualClock(NOW)
+    record = NodeClaimRecord(
+        name="victim",
+        nodepool="default",
+        nodeclass="default",
+        state=NodeClaimState.DISRUPTING,
+        disruption_reason="SpotInterrupted",
+        deletion_requested_at=NOW,
+        instance_id="i-victim",
+        node_name=NODE,
+        created_at=NOW - timedelta(hours=1),
+        **record_fields,
+    )
+    node = {
+        "metadata": {
+            "name": NODE,
+            "finalizers": [wk.TERMINATION_FINALIZER],
+            "deletionTimestamp": to_rfc3339(NOW),
+            "labels": {},
+        },
+        "spec": {"providerID": "aws:///us-east-1a/i-victim", "taints": []},
+    }
+    cluster = Cluster(nodes={NODE: node}, pods={p["metadata"]["name"]: p for p in pods})
+    store = Store(record)
+    launcher = Launcher({"i-victim": FakeInstance("running")})
+    plane = ControlPlane(
+        settings=Settings(cluster_name="test"),
+        clock=clock,
+        kube=cast(Any, cluster),
+        store=cast(Any, store),
+        launcher=cast(Any, launcher),
+        resolver=cast(Any, None),
+        instance_types=cast(Any, None),
+    )
+    return World(plane, clock, cluster, store, launcher)
+
+
+def test_first_pass_taints_labels_and_hands_the_pods_to_provisioning_before_evicting() -> None:
+    w = world(pod("app"), pod("ds", daemonset=True))
+    [progress] = w.terminator().reconcile()
+    node = w.cluster.nodes[NODE]
+    assert {"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"} in node["spec"]["taints"]
+    assert node["metadata"]["labels"][wk.EXCLUDE_FROM_LB] == "karpenter"
+    assert w.woken == [{"reason": "draining-node", "node": NODE, "pods": 1}]  # not the DaemonSet pod
+    assert progress.handed_off == ["default/app"]
+    assert w.record().state == NodeClaimState.DRAINING
+    w.clock.advance(5)
+    w.terminator().reconcile()
+    assert len(w.woken) == 1  # handed off once, when the drain starts
+
+
+def test_evictions_go_by_priority_group() -> None:
+    w = world(
+        pod("crit-ds", daemonset=True, critical=True),
+        pod("crit", critical=True),
+        pod("ds", daemonset=True),
+        pod("app"),
+    )
+    assert [priority_group(p) for p in w.cluster.pods.values()] == [3, 2, 1, 0]
+    order = []
+    for _ in range(4):
+        [progress] = w.terminator().reconcile()
+        order.append(progress.evicted)
+        w.cluster.kubelet_finishes()
+        w.clock.advance(5)
+    assert order == [["default/app"], ["default/ds"], ["default/crit"], ["default/crit-ds"]]
+
+
+def test_pods_tolerating_the_disrupted_taint_and_mirror_pods_are_left_alone() -> None:
+    toleration = {"key": wk.DISRUPTED_TAINT_KEY, "operator": "Exists"}
+    mirror = pod("static", annotations={"kubernetes.io/config.mirror": "x"})
+    w = world(pod("tolerant", tolerations=[toleration]), mirror)
+    [progress] = w.terminator().reconcile()
+    assert w.cluster.eviction_attempts == [] and not progress.evicted
+    assert progress.terminated_instance  # nothing to drain: straight to terminating
+
+
+def test_a_pdb_refusal_is_retried_with_back_off() -> None:
+    w = world(pod("app"))
+    w.cluster.refuse.add("app")
+    attempts_at = []
+    for second in range(60):
+        before = len(w.cluster.eviction_attempts)
+        w.terminator().reconcile()
+        if len(w.cluster.eviction_attempts) > before:
+            attempts_at.append(second)
+        w.clock.advance(1)
+    assert attempts_at == [0, 5, 15, 35]  # 5 s, then 10, then 20 (capped at 30 after that)
+    backoff = json.loads(w.record().annotations[EVICTION_BACKOFF])
+    assert backoff["default/app"]["attempts"] == 4
+    w.cluster.refuse.clear()
+    w.clock.advance(30)
+    [progress] = w.terminator().reconcile()
+    assert progress.evicted == ["default/app"]
+    assert EVICTION_BACKOFF not in w.record().annotations
+
+
+def test_do_not_disrupt_waits_until_deadline_minus_its_grace_period() -> None:
+    # A spot warning: the deadline is the instance's termination time, two minutes after the warning.
+    w = world(
+        pod("precious", grace=30, annotations={wk.DO_NOT_DISRUPT: "true"}),
+        drain_deadline=NOW + timedelta(minutes=2),
+    )
+    [progress] = w.terminator().reconcile()
+    assert progress.waiting == ["default/precious"] and w.cluster.eviction_attempts == []
+    w.clock.advance(89)
+    w.terminator().reconcile()
+    assert w.cluster.deletions == []
+    w.clock.advance(1)  # deadline - 30 s
+    [progress] = w.terminator().reconcile()
+    assert w.cluster.deletions == [("precious", 30)] and progress.force_deleted == ["default/precious"]
+    assert w.cluster.eviction_attempts == []
+
+
+def test_termination_grace_period_is_a_hard_deadline_even_against_a_pdb() -> None:
+    w = world(pod("app", grace=10), termination_grace_period_seconds=60)
+    w.cluster.refuse.add("app")
+    w.terminator().reconcile()
+    assert w.record().drain_deadline == NOW + timedelta(seconds=60)
+    w.clock.advance(55)  # past deadline - grace: deleted with what is left of the deadline
+    w.terminator().reconcile()
+    assert w.cluster.deletions == [("app", 5)]
+
+
+def test_drained_node_is_terminated_then_released_and_closed() -> None:
+    w = world(pod("app"))
+    w.terminator().reconcile()
+    w.cluster.kubelet_finishes()
+    w.clock.advance(5)
+    [progress] = w.terminator().reconcile()
+    assert progress.terminated_instance and w.launcher.instances["i-victim"].state == "terminated"
+    assert w.record().state == NodeClaimState.TERMINATING
+    assert NODE in w.cluster.nodes  # the finalizer holds until EC2 reports the instance going away
+    w.clock.advance(5)
+    [progress] = w.terminator().reconcile()
+    assert progress.finished and NODE not in w.cluster.nodes
+    record = w.record()
+    assert record.state == NodeClaimState.TERMINATED and record.terminated_at == NOW + timedelta(seconds=10)
+
+
+def test_an_instance_gone_mid_drain_releases_the_node_at_once() -> None:
+    w = world(pod("app"))
+    w.cluster.refuse.add("app")
+    w.terminator().reconcile()
+    w.launcher.instances["i-victim"] = FakeInstance("shutting-down")
+    w.clock.advance(5)
+    [progress] = w.terminator().reconcile()
+    assert progress.finished and NODE not in w.cluster.nodes
+    assert w.record().state == NodeClaimState.TERMINATED
+
+
+def replacement(state: NodeClaimState, pods: list[str]) -> NodeClaimRecord:
+    return NodeClaimRecord(
+        name="replacement", nodepool="default", nodeclass="default", state=state, pods=pods, created_at=NOW
+    )
+
+
+def test_replace_first_holds_evictions_until_the_replacement_is_initialized() -> None:
+    until = to_rfc3339(NOW + timedelta(minutes=10))
+    w = world(pod("app"), annotations={REPLACE_FIRST_UNTIL: until})
+    [progress] = w.terminator().reconcile()
+    assert progress.awaiting_replacement and w.cluster.eviction_attempts == []
+    w.store.records["replacement"] = replacement(NodeClaimState.LAUNCHED, ["default/app"])
+    w.clock.advance(60)  # past the settle time, but a replacement is on its way: keep waiting
+    [progress] = w.terminator().reconcile()
+    assert progress.awaiting_replacement and w.cluster.eviction_attempts == []
+    w.store.records["replacement"] = replacement(NodeClaimState.INITIALIZED, ["default/app"])
+    [progress] = w.terminator().reconcile()
+    assert not progress.awaiting_replacement and progress.evicted == ["default/app"]
+
+
+def test_replace_first_goes_ahead_when_nothing_needed_launching_or_the_deadline_passes() -> None:
+    until = to_rfc3339(NOW + timedelta(minutes=10))
+    w = world(pod("app"), annotations={REPLACE_FIRST_UNTIL: until})
+    w.terminator().reconcile()
+    w.clock.advance(30)  # no claim for the pods by now: they fit capacity that exists
+    [progress] = w.terminator().reconcile()
+    assert progress.evicted == ["default/app"]
+
+    w = world(pod("app"), annotations={REPLACE_FIRST_UNTIL: until})
+    w.store.records["replacement"] = replacement(NodeClaimState.LAUNCHED, ["default/app"])
+    w.terminator().reconcile()
+    w.clock.advance(600)
+    [progress] = w.terminator().reconcile()
+    assert progress.evicted == ["default/app"]
+
+
+def test_pods_on_deleting_nodes_are_what_provisioning_sees_as_pending() -> None:
+    w = world(
+        pod("app"),
+        pod("ds", daemonset=True),
+        pod("tolerant", tolerations=[{"key": wk.DISRUPTED_TAINT_KEY, "operator": "Exists"}]),
+        pod("elsewhere", node="healthy"),
+    )
+    w.cluster.pods["evicted"] = {
+        **pod("evicted"),
+        "metadata": {**pod("evicted")["metadata"], "deletionTimestamp": "x"},
+    }
+    w.cluster.nodes["healthy"] = {"metadata": {"name": "healthy"}, "spec": {}}
+    assert [p["metadata"]["name"] for p in pods_on_deleting_nodes(w.cluster)] == ["app"]
+    # A node tainted for disruption (not yet deleted) counts too.
+    w.cluster.nodes["healthy"]["spec"]["taints"] = [{"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}]
+    assert sorted(p["metadata"]["name"] for p in pods_on_deleting_nodes(w.cluster)) == ["app", "elsewhere"]
+
+
+@pytest.fixture
+def sqs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    aws.reset_sessions()
+    with mock_aws():
+        yield boto3.client("sqs", region_name="us-east-1")
+    aws.reset_sessions()
+
+
+def test_unfinished_drains_requeue_a_delayed_message(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="termination-work")["QueueUrl"]
+    w = world(pod("app"))
+    w.cluster.refuse.add("app")
+    w.plane.settings = Settings(cluster_name="test", termination_queue_url=url, termination_requeue_seconds=7)
+    run = run_termination(w.plane)
+    assert run.unfinished == [NODE] and run.requeued
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesDelayed"])
+    assert attributes["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"
+    # Nothing left to drain: no message.
+    w.cluster.refuse.clear()
+    w.launcher.instances["i-victim"] = FakeInstance("terminated")
+    run = run_termination(w.plane, requeue=True)
+    assert run.unfinished == [] and not run.requeued
+    assert not queue_termination_pass(
+        ControlPlane(**{**w.plane.__dict__, "settings": Settings(cluster_name="test")}), 0, "x"
+    )
