@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks import solver
+from benchmarks import soak, solver
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     subparsers = parser.add_subparsers(dest="command", required=True)
     solver.register(subparsers)
+    soak.register(subparsers)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

@@ -134,10 +134,12 @@ FUNCTION_CAPABILITIES: dict[str, frozenset[Capability]] = {
             Capability.SEND_TERMINATION_WORK,
         }
     ),
-    # Drains, then terminates; re-queues itself with delayed messages.
+    # Drains, then terminates; re-queues itself with delayed messages, and wakes the provisioner so
+    # replacements for the drained pods launch while the drain runs.
     "termination": frozenset(
         {
             Capability.KUBERNETES_API,
+            Capability.INVOKE_PROVISIONER,
             Capability.STATE_READ_WRITE,
             Capability.EC2_READ,
             Capability.EC2_TERMINATE,

@@ -8,12 +8,11 @@ so parallel chains merge; a scheduled pass starts a chain only when none has run
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from serverless_karpenter.adapters import aws
+from serverless_karpenter.adapters.invoker import invoke_provisioner as wake_provisioner
 from serverless_karpenter.observability import logger, metrics, tracer
 from serverless_karpenter.runtime import control_plane
 from serverless_karpenter.termination.usecases import run_termination
@@ -22,14 +21,7 @@ _last_requeue: datetime | None = None
 
 
 def _invoke_provisioner(payload: dict[str, object]) -> None:
-    plane = control_plane()
-    if not plane.settings.provisioner_function_name:
-        return  # the provisioner's own schedule picks the drained pods up
-    aws.client("lambda", plane.settings.aws_region).invoke(
-        FunctionName=plane.settings.provisioner_function_name,
-        InvocationType="Event",
-        Payload=json.dumps(payload).encode(),
-    )
+    wake_provisioner(control_plane(), payload)
 
 
 # Replaced by the simulator, which runs the provisioner in-process.

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
-from serverless_karpenter.adapters import aws
+from serverless_karpenter.adapters.invoker import invoke_provisioner as wake_provisioner
 from serverless_karpenter.observability import logger, metrics, tracer
 from serverless_karpenter.provisioning.batcher import PendingPodBatcher
 from serverless_karpenter.provisioning.usecases import watch
@@ -23,12 +22,7 @@ _batcher: PendingPodBatcher | None = None
 
 
 def _invoke_provisioner(payload: dict[str, object]) -> None:
-    plane = control_plane()
-    aws.client("lambda", plane.settings.aws_region).invoke(
-        FunctionName=plane.settings.provisioner_function_name,
-        InvocationType="Event",
-        Payload=json.dumps(payload).encode(),
-    )
+    wake_provisioner(control_plane(), payload)
 
 
 # Replaced by the simulator, which runs the provisioner in-process.

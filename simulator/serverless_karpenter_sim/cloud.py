@@ -53,6 +53,7 @@ class SimulatedCloud:
         self.region = region
         self._server: ThreadedMotoServer | None = None
         self.resources: CloudResources | None = None
+        self._saved_environment: dict[str, str | None] = {}
 
     def start(self) -> CloudResources:
         # werkzeug logs every request to stderr; the simulator has its own progress display.
@@ -64,7 +65,7 @@ class SimulatedCloud:
         # moto's backends live in this process, shared by every server in it: start from an empty account.
         self._reset(url)
         # The same variables a Lambda would see, pointed at moto; no real credentials are ever used.
-        os.environ.update(
+        self.set_environment(
             {
                 "AWS_ENDPOINT_URL": url,
                 "AWS_ACCESS_KEY_ID": "testing",
@@ -72,12 +73,21 @@ class SimulatedCloud:
                 "AWS_SESSION_TOKEN": "testing",
                 "AWS_DEFAULT_REGION": self.region,
                 "AWS_REGION": self.region,
+                "AWS_PROFILE": None,
             }
         )
-        os.environ.pop("AWS_PROFILE", None)
         aws.reset_sessions()
         self.resources = self._seed(url)
         return self.resources
+
+    def set_environment(self, values: dict[str, str | None]) -> None:
+        """Set (or, for None, unset) environment variables, remembering what to put back on stop."""
+        for name, value in values.items():
+            self._saved_environment.setdefault(name, os.environ.get(name))
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
     def stop(self) -> None:
         if self._server is not None:
@@ -85,6 +95,14 @@ class SimulatedCloud:
                 self._reset(self.resources.endpoint_url)
             self._server.stop()
             self._server = None
+        # Leave the process as it was: later code must not reach a server that is gone.
+        for name, value in self._saved_environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_environment.clear()
+        aws.reset_sessions()
 
     @staticmethod
     def _reset(url: str) -> None:
@@ -203,6 +221,100 @@ class SimulatedCloud:
             events.put_rule(Name=rule, EventPattern=json.dumps(pattern), State="ENABLED")
             events.put_targets(Rule=rule, Targets=[{"Id": "interruption-queue", "Arn": res.queue_arn}])
         return res
+
+
+@dataclass
+class DeployedStack:
+    """What :meth:`SimulatedCloud.seed_stack` created in place of ``cdk deploy``."""
+
+    name: str
+    outputs: dict[str, str]
+    function_roles: dict[str, str]  # function -> role ARN
+    instance_profile: str
+
+
+def seed_stack(cloud: SimulatedCloud) -> DeployedStack:
+    """Make the account look as if the CDK stack were deployed, for ``doctor`` and ``status``: a
+    CloudFormation stack with the real stack's outputs, naming the seeded table, queue and node role, and
+    the five functions (with their own roles), a node instance profile, and the queue's policy and SSE.
+
+    moto's CloudFormation cannot build the real template, so the resources are made directly and the
+    stack only carries the outputs (``naming.StackOutput``) the tools read.
+    """
+    import io
+    import warnings
+    import zipfile
+
+    from serverless_karpenter import naming
+
+    res = cloud.resources
+    assert res is not None, "start the cloud first"
+    name = cloud.cluster_name
+    iam = cloud.client("iam")
+    lambda_trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("handler.py", "def lambda_handler(event, context):\n    return None\n")
+    outputs: dict[str, str] = {}
+    roles: dict[str, str] = {}
+    for function in naming.FUNCTION_NAMES:
+        role = iam.create_role(
+            RoleName=f"{name}-{function}-role"[:64], AssumeRolePolicyDocument=json.dumps(lambda_trust)
+        )["Role"]["Arn"]
+        physical = f"{naming.stack_name(name)}-{function}"
+        cloud.client("lambda").create_function(
+            FunctionName=physical,
+            Runtime="python3.12",
+            Role=role,
+            Handler="handler.lambda_handler",
+            Code={"ZipFile": code.getvalue()},
+            Environment={"Variables": {"CLUSTER_NAME": name, "STATE_TABLE_NAME": res.table_name}},
+            Tags={naming.CLUSTER_TAG: name},
+        )
+        outputs[naming.function_output(function)] = physical
+        roles[function] = role
+    profile = f"{res.node_role_name}-profile"
+    iam.create_instance_profile(InstanceProfileName=profile)
+    iam.add_role_to_instance_profile(InstanceProfileName=profile, RoleName=res.node_role_name)
+    sqs = cloud.client("sqs")
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "AllowInterruptionEventRules",
+                "Effect": "Allow",
+                "Principal": {"Service": "events.amazonaws.com"},
+                "Action": "sqs:SendMessage",
+                "Resource": res.queue_arn,
+            }
+        ],
+    }
+    sqs.set_queue_attributes(
+        QueueUrl=res.queue_url, Attributes={"Policy": json.dumps(policy), "SqsManagedSseEnabled": "true"}
+    )
+    outputs.update(
+        {
+            naming.StackOutput.NODE_ROLE_NAME: res.node_role_name,
+            naming.StackOutput.NODE_INSTANCE_PROFILE_NAME: profile,
+            naming.StackOutput.STATE_TABLE_NAME: res.table_name,
+            naming.StackOutput.INTERRUPTION_QUEUE_URL: res.queue_url,
+        }
+    )
+    template = {
+        "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {key: {"Value": value} for key, value in outputs.items()},
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # moto notes it does not model the placeholder resource
+        cloud.client("cloudformation").create_stack(
+            StackName=naming.stack_name(name), TemplateBody=json.dumps(template)
+        )
+    return DeployedStack(naming.stack_name(name), outputs, roles, profile)
 
 
 def boto3_client(service: Any, endpoint_url: str, region: str = REGION) -> Any:

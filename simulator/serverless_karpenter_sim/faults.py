@@ -363,6 +363,7 @@ class FaultInjector:
         outer = self.function
         self.function = function
         if self.aws_rules:
+            self.sim.lambdas.handler(function)  # loaded first, so that clients made at import are hooked
             self._hook_clients()
         installed = self._install_kube_rules(function)
         try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -211,7 +210,7 @@ class Simulation:
             "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE,
             "POWERTOOLS_SERVICE_NAME": "serverless-karpenter",
         }
-        os.environ.update(env)
+        self.cloud.set_environment(dict(env))
         self.settings = Settings()
         self.plane = build_control_plane(self.settings, self.clock)
         use_control_plane(self.plane)
@@ -422,6 +421,8 @@ class Simulation:
             self._invoke("provisioner", {"source": "aws.scheduler"})
         if self._due("termination", self.schedule.termination_every):
             self._invoke("termination", {"source": "aws.scheduler"})
+        if self._due("disruption", self.schedule.disruption_every):
+            self._invoke("disruption", {"source": "aws.scheduler"})
         self._observe()
         if self._on_tick:
             self._on_tick(self)

@@ -325,7 +325,8 @@ def test_function_environment_names_are_settings_fields(synthesized: Synthesized
             "NODE_ROLE_NAME",
         ):
             assert key in env, (name, key)
-        assert ("PROVISIONER_FUNCTION_NAME" in env) == (name == "watcher")
+        # The watcher wakes the provisioner per batch; termination wakes it when a drain starts.
+        assert ("PROVISIONER_FUNCTION_NAME" in env) == (name in ("watcher", "termination"))
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
@@ -457,7 +458,9 @@ def test_data_queue_cluster_and_parameter_access_is_scoped(synthesized: Synthesi
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_only_the_watcher_may_invoke_and_only_the_provisioner(synthesized: Synthesized, cluster: str) -> None:
+def test_only_watcher_and_termination_may_invoke_and_only_the_provisioner(
+    synthesized: Synthesized, cluster: str
+) -> None:
     template = synthesized.templates[cluster]
     functions = functions_by_name(template)
     for name, (logical_id, _) in functions.items():
@@ -467,7 +470,7 @@ def test_only_the_watcher_may_invoke_and_only_the_provisioner(synthesized: Synth
             for s in identity_statements_of_role(template, role)
             if "lambda:InvokeFunction" in as_list(s["Action"])
         ]
-        if name == "watcher":
+        if name in ("watcher", "termination"):
             assert [s["Resource"] for s in invokes] == [{"Fn::GetAtt": [functions["provisioner"][0], "Arn"]}]
         else:
             assert invokes == [], name

@@ -39,7 +39,9 @@ def nodeclass(*zones: str) -> ResolvedNodeClass:
 
 @pytest.fixture(scope="module")
 def aws() -> Iterator[tuple[Any, Any]]:
-    with mock_aws():
+    # A simulation earlier in this process may have left its (stopped) endpoint in the environment.
+    with pytest.MonkeyPatch.context() as patch, mock_aws():
+        patch.delenv("AWS_ENDPOINT_URL", raising=False)
         dynamodb: Any = boto3.client("dynamodb", region_name=REGION)
         dynamodb.create_table(**schema.table_definition(TABLE))
         yield boto3.client("ec2", region_name=REGION), dynamodb

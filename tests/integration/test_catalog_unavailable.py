@@ -64,7 +64,9 @@ class IceOnceLauncher:
 
 
 @pytest.fixture
-def dynamodb() -> Iterator[Any]:
+def dynamodb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    # A simulation earlier in this process may have left its (stopped) endpoint in the environment.
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with mock_aws():
         client: Any = boto3.client("dynamodb", region_name=REGION)
         client.create_table(**schema.table_definition(TABLE))

@@ -1,5 +1,6 @@
-"""Kubernetes API faults: 5xx, timeouts, 409 conflicts and lists cut mid-way, against the control plane's
-requests only, while it provisions, registers and drains. The invariants hold after every step and at the end."""
+"""Kubernetes API faults: 5xx, timeouts, 409 conflicts and lists cut mid-way, against the control
+plane's requests only, while it provisions, registers and drains. The invariants hold after every step
+and at the end."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def test_lambda_crashes_at_every_step_and_a_timeout_mid_drain(tmp_path: Path) ->
             crash_after("ec2.CreateFleet", "provisioner"),
             {"fault": {"crash": crashpoints.AFTER_CREATE_FLEET}},
             crash_after("dynamodb.PutItem", "provisioner", skip=1),
-            {"wait": "240s"},
+            {"wait": "330s"},
             # Termination work dies after two evictions (a timeout), mid-drain at the named point, and
             # right after TerminateInstances.
             {"fault": {"lambda": "timeout", "function": "termination", "after_evictions": 2}},

@@ -127,6 +127,18 @@ def test_duplicates_malformed_and_transient_failures(sim: Simulation) -> None:
         == "0"
     )
 
+    # A transient DynamoDB failure (throttled past botocore's retries) is retried the same way.
+    sim.faults.arm({"dynamodb": "throttle", "operation": "Query", "function": "interruption"})
+    sim.send_raw(envelope(sim, "EC2 Instance Rebalance Recommendation", third.instance_id))
+    sim.tick()
+    assert sim.faults.injected["dynamodb/throttle"] == 1
+    assert sim.events_handled == 5
+    sim.tick()
+    assert sim.events_handled == 6
+    events = k8s.CoreV1Api(sim.api_client).list_event_for_all_namespaces().items
+    rebalance_events = [e for e in events if e.reason == "RebalanceRecommendation"]
+    assert sum(e.count or 1 for e in rebalance_events) == 2
+
     # Two nodes drained at once against minAvailable 2: the PDB refuses one eviction (429), which is
     # retried with back-off until the first replacement runs.
     for _ in range(300):

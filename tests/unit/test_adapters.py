@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import tomllib
 import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -61,6 +62,9 @@ def test_token_is_refreshed_before_its_fifteen_minutes_run_out(monkeypatch: pyte
     assert source.token() != first and len(issued) == 2
 
 
+BOTTLEROCKET_USER_SETTINGS = '[settings.host-containers.admin]\nenabled = true\n'
+
+
 def _user_data(family: str) -> str:
     cluster = amifamily.ClusterInfo("demo", "https://api.example", "Q0E=", "10.100.0.0/16", "1.31")
     node = amifamily.NodeBootstrap(
@@ -70,7 +74,7 @@ def _user_data(family: str) -> str:
             {"key": "gpu", "value": "true", "effect": "NoSchedule"},
         ],
         max_pods=58,
-        custom_user_data="echo hello",
+        custom_user_data=BOTTLEROCKET_USER_SETTINGS if family == "Bottlerocket" else "echo hello",
     )
     return amifamily.render_user_data(family, cluster, node)
 
@@ -95,12 +99,12 @@ def test_al2_and_bottlerocket_put_labels_where_they_read_them() -> None:
         and "--max-pods=58" in al2
         and "--dns-cluster-ip '10.100.0.10'" in al2
     )
-    bottlerocket = _user_data("Bottlerocket")
-    assert (
-        '"team" = "a"' in bottlerocket
-        and '"gpu" = ["true:NoSchedule"]' in bottlerocket
-        and "max-pods = 58" in bottlerocket
-    )
+    bottlerocket = tomllib.loads(_user_data("Bottlerocket"))["settings"]
+    kubernetes = bottlerocket["kubernetes"]
+    assert kubernetes["node-labels"]["team"] == "a" and kubernetes["node-taints"]["gpu"] == ["true:NoSchedule"]
+    assert kubernetes["max-pods"] == 58 and kubernetes["cluster-name"] == "demo"
+    # The user's own settings are merged, not replaced.
+    assert bottlerocket["host-containers"]["admin"]["enabled"] is True
     assert _user_data("Custom") == "echo hello"
     assert base64.b64decode(amifamily.encode("x")).decode() == "x"
 

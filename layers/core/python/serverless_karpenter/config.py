@@ -48,11 +48,15 @@ class Settings(BaseSettings):
     launch_timeout_seconds: int = 300
     registration_timeout_seconds: int = 900
     garbage_collection_grace_seconds: int = 300
+    # How often unused launch templates are looked for (and how old one must be to go).
+    launch_template_sweep_seconds: int = 300
 
     # Disruption, beyond Karpenter (issue 7).
     spot_to_spot_consolidation: bool = False
     min_savings_percent: float = 10.0
     min_node_age_seconds: int = 600
+    # Off by default: replacing a node by the same instance type and capacity type is churn for a price wobble.
+    same_type_replacement: bool = False
 
 
 def load_settings() -> Settings:

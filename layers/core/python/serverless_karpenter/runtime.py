@@ -255,3 +255,9 @@ def use_control_plane(plane: ControlPlane | None) -> None:
     global _plane
     with _lock:
         _plane = plane
+
+
+def installed_control_plane() -> ControlPlane | None:
+    """The control plane installed or built so far in this process, without building one."""
+    with _lock:
+        return _plane

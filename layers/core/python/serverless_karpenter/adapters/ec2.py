@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +28,12 @@ UNFULFILLABLE_CAPACITY_ERRORS = frozenset(
         "ReservationCapacityExceeded",
     }
 )
-MAX_FLEET_OVERRIDES = 60
+# Karpenter sends CreateFleet the cheapest 60 instance types, each with a subnet in every zone offered.
+MAX_INSTANCE_TYPES = 60
+MAX_FLEET_OVERRIDES = MAX_INSTANCE_TYPES  # kept for callers that imported the old name
+LAUNCH_TEMPLATE_PREFIX = "karpenter.k8s.aws"
+# The tag Karpenter puts on its launch templates; unused ones are found (and deleted) by it.
+LAUNCH_TEMPLATE_CLUSTER_TAG = "karpenter.k8s.aws/cluster"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,20 @@ class Subnet:
     zone: str
     zone_id: str | None
     available_ips: int
+
+
+@dataclass(frozen=True)
+class SecurityGroup:
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Image:
+    id: str
+    name: str
+    arch: str  # amd64 | arm64
+    creation_date: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,6 +73,10 @@ class ResolvedNodeClass:
     detailed_monitoring: bool = False
     associate_public_ip: bool | None = None
     kubelet: dict[str, Any] = field(default_factory=dict)
+    # What the EC2NodeClass status reports (names beside the ids).
+    security_groups: list[SecurityGroup] = field(default_factory=list)
+    images: list[Image] = field(default_factory=list)
+    role: str | None = None
 
     @property
     def zones(self) -> list[str]:
@@ -75,6 +99,7 @@ class Instance:
     tags: dict[str, str]
     private_dns_name: str
     image_id: str | None
+    launch_template: str | None = None  # known right after CreateFleet only
 
     @property
     def provider_id(self) -> str:
@@ -108,6 +133,11 @@ class LaunchRequest:
     # (instance type, zone, arch), cheapest first
     overrides: list[tuple[str, str, str]]
     bootstrap: amifamily.NodeBootstrap
+    # Pods each instance type takes: the kubelet's maxPods, so one launch template per distinct value.
+    max_pods: Mapping[str, int] = field(default_factory=dict)
+    # ClientToken; a retry of a failed fleet within one launch needs a fresh one (EC2 would answer the
+    # first request's result again).
+    client_token: str | None = None
 
 
 def _tag_filters(tags: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -140,23 +170,34 @@ class NodeClassResolver:
         subnets = self.subnets(spec.get("subnetSelectorTerms") or [])
         if not subnets:
             raise ValueError(f'EC2NodeClass "{name}": spec.subnetSelectorTerms: no subnet matches')
-        security_groups = self.security_groups(spec.get("securityGroupSelectorTerms") or [])
+        security_groups = self.security_group_details(spec.get("securityGroupSelectorTerms") or [])
         if not security_groups:
             raise ValueError(
                 f'EC2NodeClass "{name}": spec.securityGroupSelectorTerms: no security group matches'
             )
-        family, amis = self.amis(spec.get("amiSelectorTerms") or [], spec.get("amiFamily"))
-        if not amis:
+        family, images = self.images(spec.get("amiSelectorTerms") or [], spec.get("amiFamily"))
+        if not images:
             raise ValueError(f'EC2NodeClass "{name}": spec.amiSelectorTerms: no AMI resolves')
+        amis: dict[str, str] = {}
+        for image in images:  # newest first: the first per arch is the one launched
+            amis.setdefault(image.arch, image.id)
+        user_data = spec.get("userData")
+        if family == "Bottlerocket" and user_data:
+            try:
+                tomllib.loads(user_data)
+            except tomllib.TOMLDecodeError as error:
+                raise ValueError(
+                    f'EC2NodeClass "{name}": spec.userData: Bottlerocket user data must be TOML ({error})'
+                ) from error
         return ResolvedNodeClass(
             name=name,
             subnets=subnets,
-            security_group_ids=security_groups,
+            security_group_ids=sorted(g.id for g in security_groups),
             amis=amis,
             ami_family=family,
             instance_profile=self.instance_profile(name, spec),
             tags=dict(spec.get("tags") or {}),
-            user_data=spec.get("userData"),
+            user_data=user_data,
             metadata_options={
                 "HttpEndpoint": "enabled",
                 "HttpProtocolIpv6": "disabled",
@@ -164,10 +205,15 @@ class NodeClassResolver:
                 "HttpTokens": "required",
                 **_metadata_options(spec.get("metadataOptions") or {}),
             },
-            block_device_mappings=list(spec.get("blockDeviceMappings") or []),
+            block_device_mappings=list(
+                spec.get("blockDeviceMappings") or amifamily.DEFAULT_BLOCK_DEVICE_MAPPINGS.get(family, [])
+            ),
             detailed_monitoring=bool(spec.get("detailedMonitoring")),
             associate_public_ip=spec.get("associatePublicIPAddress"),
             kubelet=dict(spec.get("kubelet") or {}),
+            security_groups=security_groups,
+            images=images,
+            role=spec.get("role"),
         )
 
     def subnets(self, terms: list[Mapping[str, Any]]) -> list[Subnet]:
@@ -186,10 +232,11 @@ class NodeClassResolver:
                         s.get("AvailabilityZoneId"),
                         int(s.get("AvailableIpAddressCount", 0)),
                     )
-        return sorted(found.values(), key=lambda s: s.id)
+        # Most free addresses first, the order Karpenter reports them in.
+        return sorted(found.values(), key=lambda s: (-s.available_ips, s.id))
 
-    def security_groups(self, terms: list[Mapping[str, Any]]) -> list[str]:
-        found: set[str] = set()
+    def security_group_details(self, terms: list[Mapping[str, Any]]) -> list[SecurityGroup]:
+        found: dict[str, SecurityGroup] = {}
         for term in terms:
             kwargs: dict[str, Any] = {}
             filters = _tag_filters(term.get("tags") or {})
@@ -200,53 +247,92 @@ class NodeClassResolver:
             if filters:
                 kwargs["Filters"] = filters
             for page in self._ec2.get_paginator("describe_security_groups").paginate(**kwargs):
-                found.update(g["GroupId"] for g in page["SecurityGroups"])
-        return sorted(found)
+                for group in page["SecurityGroups"]:
+                    found[group["GroupId"]] = SecurityGroup(group["GroupId"], group.get("GroupName", ""))
+        return sorted(found.values(), key=lambda g: g.id)
 
-    def amis(self, terms: list[Mapping[str, Any]], ami_family: str | None) -> tuple[str, dict[str, str]]:
-        amis: dict[str, str] = {}
+    def security_groups(self, terms: list[Mapping[str, Any]]) -> list[str]:
+        return [g.id for g in self.security_group_details(terms)]
+
+    def images(self, terms: list[Mapping[str, Any]], ami_family: str | None) -> tuple[str, list[Image]]:
+        """The AMI family and the images the terms select, newest first."""
+        found: dict[str, Image] = {}
         for term in terms:
             if term.get("alias"):
-                family, _, version = str(term["alias"]).partition("@")
-                for arch in ("amd64", "arm64"):
-                    path = amifamily.ssm_parameter_for_alias(
-                        family, version or "latest", self._k8s_version, arch
-                    )
-                    try:
-                        amis[arch] = self._ssm.get_parameter(Name=path)["Parameter"]["Value"]
-                    except ClientError as error:
-                        if error.response["Error"]["Code"] != "ParameterNotFound":
-                            raise
-                return {"al2023": "AL2023", "al2": "AL2", "bottlerocket": "Bottlerocket"}.get(
-                    family, "Custom"
-                ), amis
+                # An alias stands alone (the API forbids other terms beside it) and sets the family.
+                family_name, _, version = str(term["alias"]).partition("@")
+                return amifamily.alias_family(family_name), self._alias_images(family_name, version)
             kwargs: dict[str, Any] = {}
             filters = _tag_filters(term.get("tags") or {})
             if term.get("id"):
                 kwargs["ImageIds"] = [term["id"]]
             if term.get("name"):
                 filters.append({"Name": "name", "Values": [term["name"]]})
-            if term.get("owner"):
+                # A name alone could be anybody's image: Karpenter looks in this account and Amazon's.
+                kwargs["Owners"] = [term["owner"]] if term.get("owner") else ["self", "amazon"]
+            elif term.get("owner"):
                 kwargs["Owners"] = [term["owner"]]
             if filters:
                 kwargs["Filters"] = filters
-            images = self._ec2.describe_images(**kwargs)["Images"]
-            # Newest first, as Karpenter orders them; one per architecture.
-            for image in sorted(images, key=lambda i: i.get("CreationDate", ""), reverse=True):
-                arch = {"x86_64": "amd64", "arm64": "arm64"}.get(image.get("Architecture", "x86_64"), "amd64")
-                amis.setdefault(arch, image["ImageId"])
-        return ami_family or "Custom", amis
+            for image in self._ec2.describe_images(**kwargs)["Images"]:
+                found[image["ImageId"]] = _image(image)
+        return ami_family or "Custom", sorted(
+            found.values(), key=lambda i: (i.creation_date, i.id), reverse=True
+        )
+
+    def amis(self, terms: list[Mapping[str, Any]], ami_family: str | None) -> tuple[str, dict[str, str]]:
+        family, images = self.images(terms, ami_family)
+        amis: dict[str, str] = {}
+        for image in images:
+            amis.setdefault(image.arch, image.id)
+        return family, amis
+
+    def _alias_images(self, family_name: str, version: str) -> list[Image]:
+        """EKS's public SSM parameters name the AMI per Kubernetes version, arch and release."""
+        ids: dict[str, str] = {}
+        for arch in ("amd64", "arm64"):
+            path = amifamily.ssm_parameter_for_alias(
+                family_name, version or "latest", self._k8s_version, arch
+            )
+            try:
+                ids[arch] = self._ssm.get_parameter(Name=path)["Parameter"]["Value"]
+            except ClientError as error:
+                if error.response["Error"]["Code"] != "ParameterNotFound":
+                    raise
+        details: dict[str, Mapping[str, Any]] = {}
+        if ids:
+            try:
+                described = self._ec2.describe_images(ImageIds=sorted(set(ids.values())))["Images"]
+                details = {i["ImageId"]: i for i in described}
+            except ClientError as error:
+                if "NotFound" not in error.response["Error"]["Code"]:
+                    raise
+        # The parameter's arch is authoritative (it is in the path); the image adds name and date.
+        return [
+            Image(
+                id=image_id,
+                name=str(details.get(image_id, {}).get("Name", "")),
+                arch=arch,
+                creation_date=str(details.get(image_id, {}).get("CreationDate", "")),
+            )
+            for arch, image_id in ids.items()
+        ]
+
+    def instance_profile_name(self, nodeclass_name: str) -> str:
+        digest = hashlib.sha256(f"{self._cluster}/{nodeclass_name}".encode()).hexdigest()[:16]
+        return f"{self._cluster}_{digest}"[:128]
 
     def instance_profile(self, nodeclass_name: str, spec: Mapping[str, Any]) -> str | None:
+        """``instanceProfile`` is used as given; ``role`` gets a profile we create and keep on that role."""
         if spec.get("instanceProfile"):
             return str(spec["instanceProfile"])
         role = spec.get("role")
         if not role:
             return None
-        digest = hashlib.sha256(f"{self._cluster}/{nodeclass_name}".encode()).hexdigest()[:16]
-        name = f"{self._cluster}_{digest}"[:128]
+        role_name = str(role).split("/")[-1]
+        name = self.instance_profile_name(nodeclass_name)
         try:
-            self._iam.get_instance_profile(InstanceProfileName=name)
+            profile = self._iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
         except ClientError as error:
             if error.response["Error"]["Code"] != "NoSuchEntity":
                 raise
@@ -254,13 +340,23 @@ class NodeClassResolver:
                 InstanceProfileName=name,
                 Tags=[
                     {"Key": f"{wk.TAG_CLUSTER_PREFIX}{self._cluster}", "Value": "owned"},
+                    {"Key": LAUNCH_TEMPLATE_CLUSTER_TAG, "Value": self._cluster},
                     {"Key": wk.EC2NODECLASS, "Value": nodeclass_name},
                 ],
             )
-            self._iam.add_role_to_instance_profile(
-                InstanceProfileName=name, RoleName=str(role).split("/")[-1]
-            )
+            profile = {"Roles": []}
+        roles = [r["RoleName"] for r in profile.get("Roles") or []]
+        if roles != [role_name]:
+            # The node class's role changed: a profile holds one role, so swap it.
+            for old in roles:
+                self._iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=old)
+            self._iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=role_name)
         return name
+
+
+def _image(raw: Mapping[str, Any]) -> Image:
+    arch = {"x86_64": "amd64", "arm64": "arm64"}.get(raw.get("Architecture", "x86_64"), "amd64")
+    return Image(raw["ImageId"], raw.get("Name", ""), arch, raw.get("CreationDate", ""))
 
 
 def _metadata_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -273,6 +369,11 @@ def _metadata_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return {mapping[k]: v for k, v in options.items() if k in mapping}
 
 
+def _is_launch_template_not_found(error: ClientError) -> bool:
+    code = error.response["Error"]["Code"]
+    return "LaunchTemplate" in code and ("NotFound" in code or "NotFoundException" in code)
+
+
 class FleetLauncher:
     """Launch templates (one per distinct option set, named by a hash) and CreateFleet `instant`."""
 
@@ -281,6 +382,11 @@ class FleetLauncher:
         self._cluster_name = cluster_name
         self._cluster = cluster
         self._known_templates: set[str] = set()
+
+    @property
+    def ec2(self) -> Any:
+        """The EC2 client (tests hook its events to see the requests made)."""
+        return self._ec2
 
     def cluster_tags(self) -> dict[str, str]:
         return {
@@ -301,28 +407,56 @@ class FleetLauncher:
     def _template_data(
         self, nodeclass: ResolvedNodeClass, arch: str, bootstrap: amifamily.NodeBootstrap
     ) -> dict[str, Any]:
-        user_data = amifamily.render_user_data(nodeclass.ami_family, self._cluster, bootstrap)
+        node = replace(
+            bootstrap,
+            kubelet={**nodeclass.kubelet, **bootstrap.kubelet},
+            custom_user_data=bootstrap.custom_user_data or nodeclass.user_data,
+        )
+        user_data = amifamily.render_user_data(nodeclass.ami_family, self._cluster, node)
         data: dict[str, Any] = {
             "ImageId": nodeclass.amis[arch],
             "UserData": amifamily.encode(user_data),
             "MetadataOptions": nodeclass.metadata_options,
             "Monitoring": {"Enabled": nodeclass.detailed_monitoring},
-            "SecurityGroupIds": nodeclass.security_group_ids,
         }
+        if nodeclass.associate_public_ip is None:
+            data["SecurityGroupIds"] = nodeclass.security_group_ids
+        else:
+            # The public-address choice lives on the primary interface, which then carries the groups.
+            data["NetworkInterfaces"] = [
+                {
+                    "DeviceIndex": 0,
+                    "AssociatePublicIpAddress": bool(nodeclass.associate_public_ip),
+                    "Groups": nodeclass.security_group_ids,
+                }
+            ]
         if nodeclass.instance_profile:
             data["IamInstanceProfile"] = {"Name": nodeclass.instance_profile}
         if nodeclass.block_device_mappings:
             data["BlockDeviceMappings"] = [_block_device(b) for b in nodeclass.block_device_mappings]
         return data
 
+    def launch_template_name(
+        self, nodeclass: ResolvedNodeClass, arch: str, bootstrap: amifamily.NodeBootstrap
+    ) -> str:
+        """The template's name is the hash of its content: equal option sets share one."""
+        data = self._template_data(nodeclass, arch, bootstrap)
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
+        return f"{LAUNCH_TEMPLATE_PREFIX}/{self._cluster_name}/{digest}"
+
     def ensure_launch_template(
         self, nodeclass: ResolvedNodeClass, arch: str, bootstrap: amifamily.NodeBootstrap
     ) -> str:
         data = self._template_data(nodeclass, arch, bootstrap)
-        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
-        name = f"karpenter.k8s.aws/{self._cluster_name}/{digest}"
+        name = self.launch_template_name(nodeclass, arch, bootstrap)
         if name in self._known_templates:
             return name
+        tags = {
+            **nodeclass.tags,
+            **self.cluster_tags(),
+            LAUNCH_TEMPLATE_CLUSTER_TAG: self._cluster_name,
+            wk.EC2NODECLASS: nodeclass.name,
+        }
         try:
             self._ec2.create_launch_template(
                 LaunchTemplateName=name,
@@ -330,10 +464,7 @@ class FleetLauncher:
                 TagSpecifications=[
                     {
                         "ResourceType": "launch-template",
-                        "Tags": [
-                            {"Key": k, "Value": v}
-                            for k, v in {**self.cluster_tags(), wk.EC2NODECLASS: nodeclass.name}.items()
-                        ],
+                        "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
                     }
                 ],
             )
@@ -347,13 +478,40 @@ class FleetLauncher:
         """After a NotFound, re-create templates lazily on the next launch."""
         self._known_templates.clear()
 
-    def launch(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> Instance:
+    def _bootstrap_for(self, request: LaunchRequest, instance_type: str) -> amifamily.NodeBootstrap:
+        max_pods = request.max_pods.get(instance_type)
+        return replace(request.bootstrap, max_pods=max_pods) if max_pods else request.bootstrap
+
+    def _launchable(
+        self, request: LaunchRequest, nodeclass: ResolvedNodeClass
+    ) -> list[tuple[str, str, str, Subnet]]:
+        """The overrides: the cheapest instance types (at most 60), each in every zone it is offered in
+        that has a subnet, for arches with an AMI."""
+        usable = [
+            (instance_type, zone, arch, subnet)
+            for instance_type, zone, arch in request.overrides
+            if arch in nodeclass.amis and (subnet := nodeclass.subnet_for_zone(zone)) is not None
+        ]
+        cheapest: list[str] = []
+        for instance_type, *_ in usable:
+            if instance_type not in cheapest:
+                cheapest.append(instance_type)
+        kept = set(cheapest[:MAX_INSTANCE_TYPES])
+        return [o for o in usable if o[0] in kept]
+
+    def launch_template_names(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> set[str]:
+        """The templates a launch of ``request`` uses (without creating them)."""
+        return {
+            self.launch_template_name(nodeclass, arch, self._bootstrap_for(request, instance_type))
+            for instance_type, _, arch, _ in self._launchable(request, nodeclass)
+        }
+
+    def _fleet_request(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> dict[str, Any]:
         configs: dict[str, dict[str, Any]] = {}
-        for instance_type, zone, arch in request.overrides[:MAX_FLEET_OVERRIDES]:
-            subnet = nodeclass.subnet_for_zone(zone)
-            if subnet is None or arch not in nodeclass.amis:
-                continue
-            template = self.ensure_launch_template(nodeclass, arch, request.bootstrap)
+        for instance_type, zone, arch, subnet in self._launchable(request, nodeclass):
+            template = self.ensure_launch_template(
+                nodeclass, arch, self._bootstrap_for(request, instance_type)
+            )
             config = configs.setdefault(
                 template,
                 {
@@ -362,12 +520,7 @@ class FleetLauncher:
                 },
             )
             config["Overrides"].append(
-                {
-                    "InstanceType": instance_type,
-                    "SubnetId": subnet.id,
-                    "AvailabilityZone": zone,
-                    "Priority": float(len(config["Overrides"])),
-                }
+                {"InstanceType": instance_type, "SubnetId": subnet.id, "AvailabilityZone": zone}
             )
         if not configs:
             raise LaunchError(
@@ -378,7 +531,7 @@ class FleetLauncher:
         spot = request.capacity_type == wk.CAPACITY_TYPE_SPOT
         kwargs: dict[str, Any] = {
             "Type": "instant",
-            "ClientToken": request.nodeclaim,
+            "ClientToken": request.client_token or request.nodeclaim,
             "LaunchTemplateConfigs": list(configs.values()),
             "TargetCapacitySpecification": {
                 "TotalTargetCapacity": 1,
@@ -394,15 +547,18 @@ class FleetLauncher:
             kwargs["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
         else:
             kwargs["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+        return kwargs
+
+    def launch(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> Instance:
         try:
-            response = self._ec2.create_fleet(**kwargs)
+            response = self._ec2.create_fleet(**self._fleet_request(request, nodeclass))
         except ClientError as error:
-            if (
-                "LaunchTemplate" in error.response["Error"]["Code"]
-                and "NotFound" in error.response["Error"]["Code"]
-            ):
-                self.forget_launch_templates()
-            raise
+            if not _is_launch_template_not_found(error):
+                raise
+            # A template we thought existed was deleted (by hand, or by the unused-template sweep of
+            # another writer): forget what we know and re-create it, once.
+            self.forget_launch_templates()
+            response = self._ec2.create_fleet(**self._fleet_request(request, nodeclass))
         errors = [
             FleetError(
                 code=e.get("ErrorCode", ""),
@@ -415,18 +571,51 @@ class FleetLauncher:
             )
             for e in response.get("Errors") or []
         ]
-        instance_ids = [i for item in response.get("Instances") or [] for i in item.get("InstanceIds") or []]
-        if not instance_ids:
+        launched = [item for item in response.get("Instances") or [] if item.get("InstanceIds")]
+        if not launched:
             codes = sorted({e.code for e in errors}) or ["no instance returned"]
             raise LaunchError(
                 f"nodeclaim {request.nodeclaim}: CreateFleet launched nothing ({', '.join(codes)})", errors
             )
-        instance = self.describe(instance_ids[0])
+        instance_id = launched[0]["InstanceIds"][0]
+        instance = self.describe(instance_id)
         if instance is None:
             raise LaunchError(
-                f"nodeclaim {request.nodeclaim}: instance {instance_ids[0]} not found after launch", errors
+                f"nodeclaim {request.nodeclaim}: instance {instance_id} not found after launch", errors
             )
-        return instance
+        template = (
+            (launched[0].get("LaunchTemplateAndOverrides") or {}).get("LaunchTemplateSpecification") or {}
+        ).get("LaunchTemplateName")
+        return replace(instance, launch_template=template)
+
+    def launch_templates(self) -> list[dict[str, Any]]:
+        """The launch templates tagged for this cluster."""
+        out: list[dict[str, Any]] = []
+        filters = [{"Name": f"tag:{LAUNCH_TEMPLATE_CLUSTER_TAG}", "Values": [self._cluster_name]}]
+        for page in self._ec2.get_paginator("describe_launch_templates").paginate(Filters=filters):
+            out.extend(page.get("LaunchTemplates") or [])
+        return out
+
+    def delete_unused_launch_templates(self, in_use: set[str], created_before: datetime) -> list[str]:
+        """Delete this cluster's templates that no live claim or current option set uses.
+
+        Templates created after ``created_before`` are kept: a launch may be about to use one that the
+        caller did not know of yet.
+        """
+        deleted = []
+        for template in self.launch_templates():
+            name = template["LaunchTemplateName"]
+            created = template.get("CreateTime")
+            if name in in_use or (isinstance(created, datetime) and created > created_before):
+                continue
+            try:
+                self._ec2.delete_launch_template(LaunchTemplateName=name)
+            except ClientError as error:
+                if not _is_launch_template_not_found(error):
+                    raise
+            self._known_templates.discard(name)
+            deleted.append(name)
+        return deleted
 
     def describe(self, instance_id: str) -> Instance | None:
         try:

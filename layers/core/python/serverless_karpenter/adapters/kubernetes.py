@@ -130,6 +130,19 @@ class KubernetesGateway:
     def list_pdbs(self) -> list[JSON]:
         return list(self._paginate(self.policy.list_pod_disruption_budget_for_all_namespaces))
 
+    # Scheduling inputs (issue 3): namespace labels for pod affinity namespaceSelectors, and volume topology.
+    def list_namespaces(self) -> list[JSON]:
+        return list(self._paginate(self.core.list_namespace))
+
+    def list_persistent_volume_claims(self) -> list[JSON]:
+        return list(self._paginate(self.core.list_persistent_volume_claim_for_all_namespaces))
+
+    def list_persistent_volumes(self) -> list[JSON]:
+        return list(self._paginate(self.core.list_persistent_volume))
+
+    def list_storage_classes(self) -> list[JSON]:
+        return list(self._paginate(self.storage.list_storage_class))
+
     def _list_cluster_custom(self, group: str, version: str, plural: str) -> list[JSON]:
         return list(
             self._paginate(
@@ -142,6 +155,14 @@ class KubernetesGateway:
 
     def list_ec2nodeclasses(self) -> list[JSON]:
         return self._list_cluster_custom(KARPENTER_AWS_GROUP, "v1", "ec2nodeclasses")
+
+    def get_config_map(self, namespace: str, name: str) -> JSON | None:
+        try:
+            return _call(self.core.read_namespaced_config_map, name, namespace)
+        except KubernetesError as error:
+            if error.status == 404:
+                return None
+            raise
 
     def list_nodeoverlays(self) -> list[JSON]:
         try:

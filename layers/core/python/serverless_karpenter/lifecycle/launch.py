@@ -12,11 +12,13 @@ from botocore.exceptions import ClientError
 
 from serverless_karpenter import amifamily, crashpoints
 from serverless_karpenter.adapters.ec2 import Instance, LaunchError, LaunchRequest, ResolvedNodeClass
+from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
+from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.requirements import Requirements
 
 UNREGISTERED_TAINT = {"key": wk.UNREGISTERED_TAINT_KEY, "effect": "NoExecute"}
@@ -37,7 +39,9 @@ def capacity_type_for(plane: ControlPlane, record: NodeClaimRecord) -> str | Non
     return None
 
 
-def launch_request(plane: ControlPlane, record: NodeClaimRecord, capacity_type: str) -> LaunchRequest:
+def launch_request(
+    plane: ControlPlane, record: NodeClaimRecord, capacity_type: str, attempt: int = 0
+) -> LaunchRequest:
     overrides = sorted(
         (
             (price, option.name, zone, option.arch)
@@ -57,7 +61,43 @@ def launch_request(plane: ControlPlane, record: NodeClaimRecord, capacity_type: 
             labels=labels,
             taints=[UNREGISTERED_TAINT, *record.taints, *record.startup_taints],
         ),
+        # The kubelet's maxPods is the pod count the scheduler assumed for the type.
+        max_pods={
+            o.name: o.capacity[resources.PODS]
+            for o in record.instance_type_options
+            if o.capacity.get(resources.PODS)
+        },
+        client_token=record.name if attempt == 0 else f"{record.name}-{attempt}",
     )
+
+
+def with_startup_taints(plane: ControlPlane, record: NodeClaimRecord) -> NodeClaimRecord:
+    """The record with its NodePool's startupTaints: the node registers with them, and the claim is not
+    initialized until something on the node removes them. Saved with the launch."""
+    kube = plane.kube
+    if record.startup_taints or kube is None:
+        return record
+    try:
+        nodepool = next((p for p in kube.list_nodepools() if p["metadata"]["name"] == record.nodepool), None)
+    except KubernetesError as error:
+        logger.warning(
+            "could not read the nodepool", extra={"nodepool": record.nodepool, "error": str(error)}
+        )
+        return record
+    template = ((nodepool or {}).get("spec") or {}).get("template") or {}
+    startup = [dict(t) for t in (template.get("spec") or {}).get("startupTaints") or []]
+    return record.model_copy(update={"startup_taints": startup}) if startup else record
+
+
+def launch_templates_of(
+    plane: ControlPlane, record: NodeClaimRecord, nodeclass: ResolvedNodeClass
+) -> set[str]:
+    """The launch templates a launch of this record uses, now (to keep them from the unused sweep)."""
+    capacity_types = {record.capacity_type} if record.capacity_type else set(wk.CAPACITY_TYPES)
+    names: set[str] = set()
+    for capacity_type in capacity_types:
+        names |= plane.launcher.launch_template_names(launch_request(plane, record, capacity_type), nodeclass)
+    return names
 
 
 def mark_launched(plane: ControlPlane, record: NodeClaimRecord, instance: Instance) -> NodeClaimRecord:
@@ -83,6 +123,7 @@ def mark_launched(plane: ControlPlane, record: NodeClaimRecord, instance: Instan
             "capacity_type": instance.capacity_type,
             "provider_id": instance.provider_id,
             "image_id": instance.image_id,
+            "launch_template_name": instance.launch_template or record.launch_template_name,
             "price_per_hour": price,
             "labels": labels,
             "allocatable": dict(option.allocatable) if option else record.expected_allocatable(),
@@ -111,37 +152,64 @@ def mark_launched(plane: ControlPlane, record: NodeClaimRecord, instance: Instan
     return saved
 
 
+# A launch whose fleet found no capacity retries at once with the offerings that failed removed, as
+# Karpenter's next launch attempt would; each retry must have removed something, so this bounds it.
+MAX_LAUNCH_ATTEMPTS = 4
+
+
 def launch_record(
     plane: ControlPlane, record: NodeClaimRecord, nodeclass: ResolvedNodeClass | None
 ) -> NodeClaimRecord:
-    """Launch (or adopt) the instance for a Pending record. A failed launch deletes the record so its
-    pods are provisioned again, avoiding the offerings that failed."""
+    """Launch (or adopt) the instance for a Pending record. Offerings CreateFleet found without capacity
+    go to the unavailable-offerings cache and the fleet is retried with the rest; a launch that still
+    fails deletes the record so its pods are provisioned again."""
+    record = with_startup_taints(plane, record)
     existing = plane.launcher.find_by_nodeclaim(record.name)
     if existing is not None:
         return mark_launched(plane, record, existing)
-    capacity_type = capacity_type_for(plane, record)
     error: Exception | None = None
-    if nodeclass is None:
-        error = ValueError(f'EC2NodeClass "{record.nodeclass}" is not ready')
-    elif capacity_type is None:
-        error = ValueError("every offering of the claim is unavailable")
-    else:
+    for attempt in range(MAX_LAUNCH_ATTEMPTS):
+        capacity_type = capacity_type_for(plane, record)
+        if nodeclass is None:
+            error = ValueError(f'EC2NodeClass "{record.nodeclass}" is not ready')
+            break
+        if capacity_type is None:
+            error = error or ValueError("every offering of the claim is unavailable")
+            break
         try:
-            instance = plane.launcher.launch(launch_request(plane, record, capacity_type), nodeclass)
+            instance = plane.launcher.launch(launch_request(plane, record, capacity_type, attempt), nodeclass)
         except LaunchError as launch_error:
-            for failure in launch_error.unavailable_offerings:
-                if failure.instance_type and failure.zone:
-                    plane.instance_types.mark_unavailable(
-                        failure.capacity_type, failure.instance_type, failure.zone, failure.code
-                    )
             error = launch_error
+            if not _mark_unavailable(plane, launch_error):
+                break  # nothing new to avoid: another attempt would fail the same way
+            logger.info(
+                "retrying launch without the offerings that had no capacity",
+                extra={"nodeclaim": record.name, "error": str(launch_error)},
+            )
+            continue
         except ClientError as client_error:
             error = client_error
-        else:
-            crashpoints.hit(crashpoints.AFTER_CREATE_FLEET)
-            return mark_launched(plane, record, instance)
+            break
+        crashpoints.hit(crashpoints.AFTER_CREATE_FLEET)
+        return mark_launched(plane, record, instance)
     metrics.add_metric(name=MetricName.LAUNCH_ERRORS, unit=MetricUnit.Count, value=1)
     logger.error("failed launching nodeclaim", extra={"nodeclaim": record.name, "error": str(error)})
     with contextlib.suppress(ConflictError):  # somebody else already moved it on
         plane.store.delete(record)
     return record.model_copy(update={"last_error": str(error)})
+
+
+def _mark_unavailable(plane: ControlPlane, error: LaunchError) -> bool:
+    """Record the failed offerings; whether any was not known to be unavailable already."""
+    new = False
+    for failure in error.unavailable_offerings:
+        if not (failure.instance_type and failure.zone):
+            continue
+        if not plane.instance_types.is_unavailable(
+            failure.capacity_type, failure.instance_type, failure.zone
+        ):
+            new = True
+        plane.instance_types.mark_unavailable(
+            failure.capacity_type, failure.instance_type, failure.zone, failure.code
+        )
+    return new

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from botocore.exceptions import ClientError
+
+from serverless_karpenter.adapters import nodeclass_status
 from serverless_karpenter.adapters.ec2 import Instance, ResolvedNodeClass
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.lifecycle.launch import launch_record, mark_launched
+from serverless_karpenter.lifecycle.launch import launch_record, launch_templates_of, mark_launched
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
@@ -19,6 +22,8 @@ from serverless_karpenter.scheduling.taints import taints_from_dicts
 
 TERMINATED_RETENTION = timedelta(days=1)
 GONE_STATES = frozenset({"shutting-down", "terminated"})
+# When each cluster's unused launch templates were last swept, in this (warm) process.
+_last_template_sweep: dict[str, datetime] = {}
 
 
 @dataclass
@@ -28,6 +33,7 @@ class LifecycleResult:
     initialized: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     garbage_collected: list[str] = field(default_factory=list)
+    launch_templates_deleted: list[str] = field(default_factory=list)
 
 
 def node_is_ready(node: Mapping[str, Any]) -> bool:
@@ -93,26 +99,69 @@ class LifecycleReconciler:
             for n in plane.kube.list_nodes()
             if (n.get("spec") or {}).get("providerID")
         }
-        resolved: dict[str, ResolvedNodeClass | None] = {}
+        resolved = self.resolve_nodeclasses()
         for record in records:
             try:
                 self._reconcile_one(record, instances, instances_by_claim, nodes, resolved, result)
             except ConflictError:
                 continue  # somebody else moved it; the next pass sees the new version
         self._garbage_collect(records, instances, result)
+        self._sweep_launch_templates(resolved, result)
         self._emit_state_counts(plane.store.list())
         return result
 
-    def _nodeclass(self, name: str, cache: dict[str, ResolvedNodeClass | None]) -> ResolvedNodeClass | None:
-        if name not in cache:
-            spec = next(
-                (nc for nc in self.plane.kube.list_ec2nodeclasses() if nc["metadata"]["name"] == name), None
-            )
+    def resolve_nodeclasses(self) -> dict[str, ResolvedNodeClass | None]:
+        """Resolve every EC2NodeClass and write what it resolved to (or why not) to its status."""
+        plane = self.plane
+        out: dict[str, ResolvedNodeClass | None] = {}
+        for spec in plane.kube.list_ec2nodeclasses():
+            name = spec["metadata"]["name"]
+            resolved: ResolvedNodeClass | None = None
+            error: str | None = None
             try:
-                cache[name] = self.plane.resolver.resolve(spec) if spec else None
-            except ValueError:
-                cache[name] = None
-        return cache[name]
+                resolved = plane.resolver.resolve(spec)
+            except (ValueError, ClientError) as failure:
+                error = str(failure)
+                logger.warning("EC2NodeClass not ready", extra={"ec2nodeclass": name, "error": error})
+            out[name] = resolved
+            if not (spec.get("metadata") or {}).get("deletionTimestamp"):
+                nodeclass_status.write_status(plane.kube, spec, resolved, error, plane.clock.now())
+        return out
+
+    def _nodeclass(self, name: str, cache: dict[str, ResolvedNodeClass | None]) -> ResolvedNodeClass | None:
+        return cache.get(name)
+
+    def _sweep_launch_templates(
+        self, resolved: Mapping[str, ResolvedNodeClass | None], result: LifecycleResult
+    ) -> None:
+        """Delete the cluster's launch templates that no live NodeClaim uses, at most once per interval.
+
+        A template younger than the interval is kept whatever its use: a launch may be about to use it.
+        """
+        plane = self.plane
+        now = plane.clock.now()
+        interval = timedelta(seconds=plane.settings.launch_template_sweep_seconds)
+        last = _last_template_sweep.get(plane.settings.cluster_name)
+        if last is not None and now - last < interval:
+            return
+        _last_template_sweep[plane.settings.cluster_name] = now
+        in_use: set[str] = set()
+        for record in plane.store.list():
+            if record.state == NodeClaimState.TERMINATED:
+                continue
+            if record.launch_template_name:
+                in_use.add(record.launch_template_name)
+            nodeclass = resolved.get(record.nodeclass)
+            if nodeclass is not None:
+                in_use |= launch_templates_of(plane, record, nodeclass)
+        try:
+            deleted = plane.launcher.delete_unused_launch_templates(in_use, now - interval)
+        except ClientError as failure:
+            logger.warning("failed deleting unused launch templates", extra={"error": str(failure)})
+            return
+        for name in deleted:
+            logger.info("deleted launch template", extra={"launch-template": name})
+        result.launch_templates_deleted.extend(deleted)
 
     def _reconcile_one(
         self,

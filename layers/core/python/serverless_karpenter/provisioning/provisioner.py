@@ -6,15 +6,16 @@ import secrets
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from serverless_karpenter import crashpoints
 from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
+from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.launch import launch_record
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
-from serverless_karpenter.provisioning.context import ControlPlane
+from serverless_karpenter.provisioning.context import ControlPlane, InstanceTypeProvider
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.requirements import Requirements
@@ -29,7 +30,8 @@ from serverless_karpenter.scheduling.scheduler import (
     offering_allowed,
 )
 from serverless_karpenter.scheduling.taints import taints_from_dicts, tolerations_from_dicts, untolerated
-from serverless_karpenter.termination.handoff import pods_on_deleting_nodes
+from serverless_karpenter.scheduling.volumes import VolumeIndex
+from serverless_karpenter.termination.handoff import is_node_deleting, pods_on_deleting_nodes
 
 _NAME_ALPHABET = string.ascii_lowercase + string.digits
 
@@ -46,11 +48,18 @@ def new_nodeclaim_name(nodepool: str) -> str:
     return f"{nodepool}-" + "".join(secrets.choice(_NAME_ALPHABET) for _ in range(5))
 
 
+class HasInstanceTypes(Protocol):
+    """Where instance types come from: the control plane, or ``plan``'s offline catalog."""
+
+    @property
+    def instance_types(self) -> InstanceTypeProvider: ...
+
+
 def build_templates(
     nodepools: Sequence[Mapping[str, Any]],
     nodeclasses: Mapping[str, ResolvedNodeClass],
     nodeclass_specs: Mapping[str, Mapping[str, Any]],
-    plane: ControlPlane,
+    plane: HasInstanceTypes,
     daemonsets: Sequence[Mapping[str, Any]],
     usage: Mapping[str, resources.ResourceList],
 ) -> tuple[list[NodePoolTemplate], dict[str, str]]:
@@ -113,7 +122,9 @@ def existing_capacity(
     bound_pods: Sequence[Mapping[str, Any]],
     records: Sequence[NodeClaimRecord],
 ) -> list[ExistingCapacity]:
-    """Nodes that take pods, then in-flight NodeClaims whose node has not registered yet."""
+    """Nodes that take pods, then in-flight NodeClaims whose node has not registered yet.
+
+    Nodes being deleted (or tainted for disruption) are not capacity: their pods are rescheduled."""
     used: dict[str, list[Mapping[str, Any]]] = {}
     for pod in bound_pods:
         name = podlib.node_name(pod)
@@ -124,7 +135,7 @@ def existing_capacity(
     for node in nodes:
         meta, spec = node.get("metadata", {}), node.get("spec", {})
         provider_ids.add(spec.get("providerID"))
-        if meta.get("deletionTimestamp") or spec.get("unschedulable"):
+        if meta.get("deletionTimestamp") or spec.get("unschedulable") or is_node_deleting(node):
             continue
         allocatable = resources.parse_list((node.get("status") or {}).get("allocatable"))
         taints = tuple(
@@ -139,6 +150,7 @@ def existing_capacity(
                 labels=dict(meta.get("labels") or {}),
                 taints=taints,
                 available=resources.subtract(allocatable, podlib.total_requests(used.get(meta["name"], []))),
+                bound_pods=list(used.get(meta["name"], [])),
             )
         )
     for record in records:
@@ -159,15 +171,62 @@ def existing_capacity(
     return out
 
 
+@dataclass
+class ClusterState:
+    """Everything the provisioning simulation reads: from the API server live, from manifests in ``plan``."""
+
+    nodepools: Sequence[Mapping[str, Any]]
+    nodeclass_specs: Mapping[str, Mapping[str, Any]]
+    resolved: Mapping[str, ResolvedNodeClass]
+    nodes: Sequence[Mapping[str, Any]] = ()
+    bound_pods: Sequence[Mapping[str, Any]] = ()
+    records: Sequence[NodeClaimRecord] = ()
+    daemonsets: Sequence[Mapping[str, Any]] = ()
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    volumes: VolumeIndex | None = None
+
+
+def simulate_provisioning(
+    state: ClusterState, pending: Sequence[Mapping[str, Any]], plane: HasInstanceTypes
+) -> SchedulingResult:
+    """The one provisioning simulation, shared by the live provisioner and ``plan``: NodePool templates
+    (DaemonSet overhead, limits net of what is launched), existing nodes and in-flight NodeClaims, then
+    Karpenter's scheduling of the pending pods. NodePools that cannot be used give their reason to every
+    unschedulable pod."""
+    usage: dict[str, resources.ResourceList] = {}
+    for record in state.records:
+        if record.is_active or record.is_deleting:
+            usage[record.nodepool] = resources.merge(
+                usage.get(record.nodepool, {}), record.expected_capacity()
+            )
+    templates, problems = build_templates(
+        state.nodepools, state.resolved, state.nodeclass_specs, plane, state.daemonsets, usage
+    )
+    capacity = existing_capacity(state.nodes, state.bound_pods, state.records)
+    result = Scheduler(templates, capacity, namespaces=state.namespaces, volumes=state.volumes).solve(pending)
+    for reasons in result.unschedulable.values():
+        for pool, problem in problems.items():
+            reasons.setdefault(pool, problem)
+        if problems and "" in reasons and len(reasons) > 1:
+            del reasons[""]
+    return result
+
+
+def namespace_labels(namespaces: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """Namespace name -> labels, with the automatic ``kubernetes.io/metadata.name`` label."""
+    out: dict[str, dict[str, str]] = {}
+    for ns in namespaces:
+        name = (ns.get("metadata") or {}).get("name", "")
+        out[name] = {"kubernetes.io/metadata.name": name, **((ns.get("metadata") or {}).get("labels") or {})}
+    return out
+
+
 class Provisioner:
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
 
-    def schedule(
-        self, pending: Sequence[Mapping[str, Any]], records: Sequence[NodeClaimRecord]
-    ) -> tuple[SchedulingResult, dict[str, ResolvedNodeClass]]:
+    def cluster_state(self, records: Sequence[NodeClaimRecord]) -> ClusterState:
         kube = self.plane.kube
-        nodepools = kube.list_nodepools()
         specs = {nc["metadata"]["name"]: nc for nc in kube.list_ec2nodeclasses()}
         resolved: dict[str, ResolvedNodeClass] = {}
         for name, spec in specs.items():
@@ -175,22 +234,36 @@ class Provisioner:
                 resolved[name] = self.plane.resolver.resolve(spec)
             except ValueError as error:
                 logger.warning("EC2NodeClass not ready", extra={"ec2nodeclass": name, "error": str(error)})
-        nodes = kube.list_nodes()
         bound = [p for p in kube.list_pods(field_selector="spec.nodeName!=") if not podlib.is_terminal(p)]
-        usage: dict[str, resources.ResourceList] = {}
-        for record in records:
-            if record.is_active or record.is_deleting:
-                usage[record.nodepool] = resources.merge(
-                    usage.get(record.nodepool, {}), record.expected_capacity()
-                )
-        templates, problems = build_templates(
-            nodepools, resolved, specs, self.plane, kube.list_daemonsets(), usage
+        namespaces: dict[str, dict[str, str]] = {}
+        volumes: VolumeIndex | None = None
+        try:
+            namespaces = namespace_labels(kube.list_namespaces())
+            volumes = VolumeIndex.build(
+                kube.list_persistent_volume_claims(),
+                kube.list_persistent_volumes(),
+                kube.list_storage_classes(),
+            )
+        except KubernetesError as error:
+            # Without read access to these, pods are scheduled without volume topology, as before.
+            logger.warning("cannot read namespaces or volumes", extra={"error": str(error)})
+        return ClusterState(
+            nodepools=kube.list_nodepools(),
+            nodeclass_specs=specs,
+            resolved=resolved,
+            nodes=kube.list_nodes(),
+            bound_pods=bound,
+            records=list(records),
+            daemonsets=kube.list_daemonsets(),
+            namespaces=namespaces,
+            volumes=volumes,
         )
-        result = Scheduler(templates, existing_capacity(nodes, bound, records)).solve(pending)
-        for reasons in result.unschedulable.values():
-            for pool, problem in problems.items():
-                reasons.setdefault(pool, problem)
-        return result, resolved
+
+    def schedule(
+        self, pending: Sequence[Mapping[str, Any]], records: Sequence[NodeClaimRecord]
+    ) -> tuple[SchedulingResult, dict[str, ResolvedNodeClass]]:
+        state = self.cluster_state(records)
+        return simulate_provisioning(state, pending, self.plane), dict(state.resolved)
 
     def provision(self, renew_lease: Callable[[], bool] | None = None) -> ProvisioningResult:
         """Provision pending pods. ``renew_lease`` is called before each launch; when it fails, another

@@ -8,21 +8,21 @@ still fits all of its pods, so CreateFleet can choose among them. Pure: no I/O, 
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.hostports import HostPort, conflict, host_ports
+from serverless_karpenter.scheduling.hostports import describe as describe_port
+from serverless_karpenter.scheduling.preferences import PodState, link, prepare, restricted_requirement
 from serverless_karpenter.scheduling.requirements import Requirement, Requirements
-from serverless_karpenter.scheduling.taints import (
-    Taint,
-    Toleration,
-    taints_from_dicts,
-    tolerations_from_dicts,
-    untolerated,
-)
+from serverless_karpenter.scheduling.taints import PREFER_NO_SCHEDULE, Taint, taints_from_dicts, untolerated
+from serverless_karpenter.scheduling.topology import ANTI_AFFINITY, Topology
+from serverless_karpenter.scheduling.volumes import VolumeIndex
 
 # Keys an offering decides rather than the instance type.
 OFFERING_KEYS = frozenset({wk.ZONE, wk.CAPACITY_TYPE, wk.ZONE_ID, wk.CAPACITY_RESERVATION_ID})
@@ -81,6 +81,8 @@ class ExistingCapacity:
     in_flight: bool = False
     requirements: Requirements | None = None  # in-flight claims not yet launched
     pods: list[str] = field(default_factory=list)
+    # Pods already running there: their topology counts and host ports.
+    bound_pods: list[Mapping[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -94,6 +96,9 @@ class NewNodeClaim:
     pod_requests: resources.ResourceList
     instance_types: list[InstanceTypeLike]
     pods: list[str] = field(default_factory=list)
+    # The placeholder hostname hostname-keyed topology counts this node under.
+    hostname: str = ""
+    host_ports: set[HostPort] = field(default_factory=set)
 
     @property
     def requests(self) -> resources.ResourceList:
@@ -174,16 +179,34 @@ def choose_offering(claim: NewNodeClaim) -> ChosenOffering | None:
     return ChosenOffering(best[2], o.zone, o.capacity_type, o.price)
 
 
-def order_instance_types(claim: NewNodeClaim) -> list[InstanceTypeLike]:
-    """Cheapest allowed offering first, truncated to what CreateFleet takes (keeping minValues)."""
-    priced = [(cheapest_offering(claim.requirements, it), it) for it in claim.instance_types]
-    ordered = [
-        it
-        for o, it in sorted(
-            ((o, it) for o, it in priced if o is not None), key=lambda p: (p[0].price, p[1].name)
-        )
-    ]
+def order_instance_types(
+    claim: NewNodeClaim, prices: dict[tuple[int, Requirement, Requirement], float | None] | None = None
+) -> list[InstanceTypeLike]:
+    """Cheapest allowed offering first, truncated to what CreateFleet takes (keeping minValues).
+
+    ``prices`` caches each type's cheapest allowed price per zone and capacity-type requirement across
+    the claims of one run, which mostly share them."""
+    zone, capacity_type = claim.requirements.get(wk.ZONE), claim.requirements.get(wk.CAPACITY_TYPE)
+    cache = prices if prices is not None else {}
+    priced: list[tuple[float, str, InstanceTypeLike]] = []
+    for it in claim.instance_types:
+        key = (id(it), zone, capacity_type)
+        if key in cache:
+            price = cache[key]
+        else:
+            allowed = [
+                o.price
+                for o in it.offerings
+                if o.available and zone.has(o.zone) and capacity_type.has(o.capacity_type)
+            ]
+            price = cache[key] = min(allowed) if allowed else None
+        if price is not None:
+            priced.append((price, it.name, it))
     limit = MAX_INSTANCE_TYPES
+    if not claim.requirements.has_min_values():
+        return [it for _, _, it in heapq.nsmallest(limit, priced, key=lambda p: (p[0], p[1]))]
+    priced.sort(key=lambda p: (p[0], p[1]))
+    ordered = [it for _, _, it in priced]
     if claim.requirements.has_min_values():
         prefix = claim.requirements.min_values_prefix([it.labels for it in ordered])
         if prefix is not None:
@@ -191,204 +214,558 @@ def order_instance_types(claim: NewNodeClaim) -> list[InstanceTypeLike]:
     return ordered[:limit]
 
 
+class _TypeView:
+    """An instance type with its allocatable unpacked, so the hot filters compare plain integers."""
+
+    __slots__ = ("cpu", "extra", "it", "memory", "pods")
+
+    def __init__(self, it: InstanceTypeLike) -> None:
+        alloc = it.allocatable
+        self.it = it
+        self.cpu = alloc.get(resources.CPU, 0)
+        self.memory = alloc.get(resources.MEMORY, 0)
+        self.pods = alloc.get(resources.PODS, 0)
+        self.extra = {k: v for k, v in alloc.items() if k not in _CORE}
+
+    def fits(self, cpu: int, memory: int, pods: int, extra: Mapping[str, int]) -> bool:
+        if cpu > self.cpu or memory > self.memory or pods > self.pods:
+            return False
+        have = self.extra
+        return all(value <= have.get(name, 0) for name, value in extra.items())
+
+
+_CORE = frozenset({resources.CPU, resources.MEMORY, resources.PODS})
+
+
+def _split(requests: Mapping[str, int]) -> tuple[int, int, int, dict[str, int]]:
+    return (
+        requests.get(resources.CPU, 0),
+        requests.get(resources.MEMORY, 0),
+        requests.get(resources.PODS, 0),
+        {k: v for k, v in requests.items() if k not in _CORE and v > 0},
+    )
+
+
+class _Pool:
+    """A NodePool template with its instance types precomputed, and compatible-type lists cached per
+    requirements (the same few requirement sets recur for thousands of pods)."""
+
+    def __init__(self, template: NodePoolTemplate) -> None:
+        self.template = template
+        self.views = [_TypeView(it) for it in template.instance_types]
+        self._compatible: dict[Requirements, tuple[list[_TypeView], frozenset[int]]] = {}
+
+    def compatible(self, requirements: Requirements) -> tuple[list[_TypeView], frozenset[int]]:
+        found = self._compatible.get(requirements)
+        if found is None:
+            views = [v for v in self.views if instance_type_mismatch(requirements, v.it) is None]
+            found = (views, frozenset(id(v) for v in views))
+            if len(self._compatible) > 4096:
+                self._compatible.clear()
+            self._compatible[requirements] = found
+        return found
+
+
+@dataclass(eq=False)
+class _Claim:
+    """Scheduling state of a NewNodeClaim: its options and the room the largest of them leaves."""
+
+    claim: NewNodeClaim
+    pool: _Pool
+    views: list[_TypeView]
+    room_cpu: int = 0
+    room_memory: int = 0
+    room_pods: int = 0
+    _envelope: tuple[int, int, int, int] = (-1, 0, 0, 0)  # (option count, cpu, memory, pods)
+    _hostname: Requirement | None = None
+
+    def refresh_room(self) -> None:
+        views = self.views
+        if self._envelope[0] != len(views):
+            # Options only ever shrink, so an unchanged count means an unchanged set.
+            self._envelope = (
+                len(views),
+                max((v.cpu for v in views), default=0),
+                max((v.memory for v in views), default=0),
+                max((v.pods for v in views), default=0),
+            )
+        requests = self.claim.requests
+        _, cpu, memory, pods = self._envelope
+        self.room_cpu = cpu - requests.get(resources.CPU, 0)
+        self.room_memory = memory - requests.get(resources.MEMORY, 0)
+        self.room_pods = pods - requests.get(resources.PODS, 0)
+
+    def hostname_requirement(self) -> Requirement:
+        if self._hostname is None:
+            self._hostname = _hostname_requirement(self.claim.hostname)
+        return self._hostname
+
+
+@dataclass(eq=False)
+class _Existing:
+    capacity: ExistingCapacity
+    domains: Requirements  # the node's labels (with its hostname) as requirements
+    host_ports: set[HostPort]
+
+
+def _hostname_requirement(hostname: str) -> Requirement:
+    return Requirement(wk.HOSTNAME, "In", (hostname,))
+
+
 class Scheduler:
+    """Karpenter's provisioning simulation. ``solve`` may be called once per instance.
+
+    ``namespaces`` (name -> labels) resolves pod affinity namespaceSelectors; ``volumes`` enables volume
+    topology (without it, volumes are not checked). Pods already bound to existing capacity are read from
+    ``ExistingCapacity.bound_pods`` for topology counts and host ports.
+    """
+
     def __init__(
         self,
         nodepools: Sequence[NodePoolTemplate],
         existing: Sequence[ExistingCapacity] = (),
+        *,
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        volumes: VolumeIndex | None = None,
     ) -> None:
         # Heaviest pools first; ties by name, as Karpenter orders them.
-        self._pools = sorted(nodepools, key=lambda p: (-p.weight, p.name))
-        self._existing = list(existing)
+        self._pools = [_Pool(p) for p in sorted(nodepools, key=lambda p: (-p.weight, p.name))]
+        self._existing_input = list(existing)
         self._new: list[NewNodeClaim] = []
+        self._claims: list[_Claim] = []
         self._remaining = {
-            p.name: (dict(p.remaining) if p.remaining is not None else None) for p in self._pools
+            p.template.name: (dict(p.template.remaining) if p.template.remaining is not None else None)
+            for p in self._pools
         }
+        self._namespaces = namespaces or {}
+        self._volumes = volumes
+        self.topology = Topology()
+        self._prefer_no_schedule = any(
+            t.effect == PREFER_NO_SCHEDULE for p in self._pools for t in p.template.taints
+        ) or any(t.effect == PREFER_NO_SCHEDULE for c in self._existing_input for t in c.taints)
+        # Monotone pods: the first node index worth trying again for this signature.
+        self._skip_existing: dict[tuple[Any, ...], int] = {}
+        self._skip_claims: dict[tuple[Any, ...], int] = {}
+        self._hostnames = 0
+
+    # -- setup -------------------------------------------------------------------------------------
+
+    def _setup(self, states: list[PodState]) -> list[_Existing]:
+        topology = self.topology
+        existing: list[_Existing] = []
+        bound_states: list[tuple[PodState, _Existing]] = []
+        for capacity in self._existing_input:
+            labels = dict(capacity.labels)
+            labels.setdefault(wk.HOSTNAME, capacity.name)
+            domains = (
+                capacity.requirements
+                if capacity.requirements is not None
+                else Requirements.from_labels(labels)
+            )
+            if wk.HOSTNAME not in domains:
+                domains = domains.add(_hostname_requirement(labels[wk.HOSTNAME]))
+            entry = _Existing(capacity, domains, set())
+            existing.append(entry)
+            for pod in capacity.bound_pods:
+                entry.host_ports.update(host_ports(pod))
+                bound_states.append((prepare(pod, topology, namespace_labels=self._namespaces), entry))
+        keys = topology.keys()
+        # Domains: what each NodePool can offer, and what each existing node is.
+        for pool in self._pools:
+            template = pool.template
+            for key in keys:
+                for domain in _pool_domains(template, pool.views, key):
+                    topology.register_domain(key, domain, template.taints)
+        for entry in existing:
+            for key in keys:
+                requirement = entry.domains.get(key)
+                if not requirement.complement:
+                    for domain in requirement.values():
+                        topology.register_domain(key, domain, entry.capacity.taints)
+        link(states + [s for s, _ in bound_states], topology)
+        # Counts start from the pods already running.
+        for state, entry in bound_states:
+            self._record(state, entry.domains, entry.capacity.taints, exact=True)
+        return existing
+
+    # -- solve -------------------------------------------------------------------------------------
 
     def solve(self, pending: Sequence[Mapping[str, Any]]) -> SchedulingResult:
-        unschedulable: dict[str, dict[str, str]] = {}
-        prepared = [(pod, podlib.requests(pod)) for pod in pending]
-        prepared.sort(
-            key=lambda p: (-p[1].get(resources.CPU, 0), -p[1].get(resources.MEMORY, 0), podlib.key(p[0]))
+        states = [
+            prepare(pod, self.topology, namespace_labels=self._namespaces, volumes=self._volumes)
+            for pod in pending
+        ]
+        existing = self._setup(states)
+        states.sort(
+            key=lambda s: (-s.requests.get(resources.CPU, 0), -s.requests.get(resources.MEMORY, 0), s.key)
         )
-        for pod, requests in prepared:
-            reasons = self._place(pod, requests)
-            if reasons is not None:
-                unschedulable[podlib.key(pod)] = reasons
-        for claim in self._new:
-            claim.instance_types = order_instance_types(claim)
+        unschedulable: dict[str, dict[str, str]] = {}
+        # Karpenter's queue: a pod that fails is relaxed and tried again after the others; one with nothing
+        # left to relax is retried only if some pod was placed since its last try (pod affinity may now hold).
+        queue: deque[PodState] = deque(states)
+        placed = 0
+        last_failure: dict[int, int] = {}
+        while queue:
+            state = queue.popleft()
+            reasons = self._place(state, existing)
+            if reasons is None:
+                placed += 1
+                unschedulable.pop(state.key, None)
+                continue
+            unschedulable[state.key] = reasons
+            if state.invalid is None and state.relax(prefer_no_schedule_taints=self._prefer_no_schedule):
+                queue.append(state)
+            elif (state.required_affinity or state.preferred_affinity) and last_failure.get(
+                id(state)
+            ) != placed:
+                last_failure[id(state)] = placed
+                queue.append(state)
+        prices: dict[tuple[int, Requirement, Requirement], float | None] = {}
+        for entry in self._claims:
+            entry.claim.instance_types = [v.it for v in entry.views]
+            entry.claim.instance_types = order_instance_types(entry.claim, prices)
         return SchedulingResult(
             new_nodeclaims=self._new,
-            existing={c.name: c.pods for c in self._existing if c.pods},
+            existing={e.capacity.name: e.capacity.pods for e in existing if e.capacity.pods},
             unschedulable=unschedulable,
         )
 
-    def _place(self, pod: Mapping[str, Any], requests: resources.ResourceList) -> dict[str, str] | None:
-        spec = pod.get("spec", {})
-        tolerations = tolerations_from_dicts(spec.get("tolerations"))
-        terms = _required_terms(pod)
-        key = podlib.key(pod)
-        for capacity in self._existing:
-            if self._fits_existing(capacity, pod, terms, tolerations, requests):
-                capacity.available = resources.subtract(capacity.available, requests)
-                capacity.pods.append(key)
-                return None
-        for claim in self._new:
-            if self._add_to_claim(claim, terms, tolerations, requests):
-                claim.pods.append(key)
-                return None
+    def _place(self, state: PodState, existing: list[_Existing]) -> dict[str, str] | None:
+        monotone = state.monotone()
+        signature = state.signature() if monotone else None
+        start = self._skip_existing.get(signature, 0) if signature is not None else 0
+        if state.invalid is None:
+            for index in range(start, len(existing)):
+                if self._try_existing(existing[index], state):
+                    if signature is not None:
+                        self._skip_existing[signature] = index
+                    return None
+            if signature is not None:
+                self._skip_existing[signature] = len(existing)
+            start = self._skip_claims.get(signature, 0) if signature is not None else 0
+            cpu, memory, pods, _ = _split(state.requests)
+            claims = self._claims
+            for index in range(start, len(claims)):
+                entry = claims[index]
+                if cpu > entry.room_cpu or memory > entry.room_memory or pods > entry.room_pods:
+                    continue
+                if self._try_claim(entry, state) is None:
+                    if signature is not None:
+                        self._skip_claims[signature] = index
+                    return None
+            if signature is not None:
+                self._skip_claims[signature] = len(claims)
         reasons: dict[str, str] = {}
         for pool in self._pools:
-            reason = self._open_claim(pool, terms, tolerations, requests)
+            if state.invalid is not None:
+                reasons[pool.template.name] = state.invalid
+                continue
+            reason = self._open_claim(pool, state)
             if reason is None:
-                self._new[-1].pods.append(key)
                 return None
-            reasons[pool.name] = reason
+            reasons[pool.template.name] = reason
         if not self._pools:
-            reasons[""] = "no NodePool exists"
+            reasons[""] = state.invalid or "no NodePool exists"
         return reasons
 
-    def _fits_existing(
-        self,
-        capacity: ExistingCapacity,
-        pod: Mapping[str, Any],
-        terms: list[Requirements],
-        tolerations: tuple[Toleration, ...],
-        requests: resources.ResourceList,
-    ) -> bool:
-        if not resources.fits(requests, capacity.available):
-            return False
-        if untolerated(tolerations, capacity.taints) is not None:
-            return False
-        for term in terms:
-            if capacity.requirements is not None:
-                if capacity.requirements.compatible(term) is None:
-                    return True
-            elif term.matches_labels(capacity.labels) is None:
-                return True
-        return False
+    # -- existing capacity -------------------------------------------------------------------------
 
-    def _add_to_claim(
-        self,
-        claim: NewNodeClaim,
-        terms: list[Requirements],
-        tolerations: tuple[Toleration, ...],
-        requests: resources.ResourceList,
-    ) -> bool:
-        if untolerated(tolerations, claim.taints) is not None:
+    def _try_existing(self, entry: _Existing, state: PodState) -> bool:
+        capacity = entry.capacity
+        if not resources.fits(state.requests, capacity.available):
             return False
-        total = resources.merge(claim.requests, requests)
-        for term in terms:
-            if claim.requirements.compatible(term) is not None:
-                continue
-            merged = claim.requirements.merged(term)
-            options = [
-                it
-                for it in claim.instance_types
-                if resources.fits(total, it.allocatable) and instance_type_mismatch(merged, it) is None
-            ]
-            if options and (
-                not merged.has_min_values() or merged.check_min_values([it.labels for it in options]) is None
-            ):
-                claim.requirements = merged
-                claim.instance_types = options
-                claim.pod_requests = resources.merge(claim.pod_requests, requests)
-                return True
-        return False
+        if untolerated(state.tolerations, capacity.taints, include_prefer_no_schedule=False) is not None:
+            return False
+        if state.host_ports and conflict(state.host_ports, entry.host_ports) is not None:
+            return False
+        node_requirements = state.node_requirements()
+        if capacity.requirements is not None:
+            if not capacity.requirements.is_compatible(node_requirements):
+                return False
+        elif node_requirements.matches_labels(entry.domains.single_valued_labels()) is not None:
+            return False
+        if state.topology_groups():
+            narrowed = self._topology(state, entry.domains, entry.domains, None, explain=False)
+            if isinstance(narrowed, str):
+                return False
+        capacity.available = resources.subtract(capacity.available, state.requests)
+        capacity.pods.append(state.key)
+        entry.host_ports.update(state.host_ports)
+        self._record(state, entry.domains, capacity.taints, exact=True)
+        return True
 
-    def _open_claim(
-        self,
-        pool: NodePoolTemplate,
-        terms: list[Requirements],
-        tolerations: tuple[Toleration, ...],
-        requests: resources.ResourceList,
-    ) -> str | None:
-        taint = untolerated(tolerations, pool.taints)
+    # -- new NodeClaims ----------------------------------------------------------------------------
+
+    def _try_claim(self, entry: _Claim, state: PodState) -> str | None:
+        claim = entry.claim
+        taint = untolerated(
+            state.tolerations, claim.taints, include_prefer_no_schedule=not state.tolerate_prefer_no_schedule
+        )
         if taint is not None:
             return f"did not tolerate taint {taint}"
-        total = resources.merge(requests, pool.daemon_overhead)
-        last_reason = ""
-        for term in terms:
-            incompatible = pool.requirements.compatible(term)
-            if incompatible is not None:
-                last_reason = f"incompatible requirements: {incompatible}"
-                continue
-            merged = pool.requirements.merged(term)
-            compatible = [it for it in pool.instance_types if instance_type_mismatch(merged, it) is None]
-            if not compatible:
-                last_reason = (
-                    f"no instance type in nodepool {pool.name!r} satisfies requirements {_describe(merged)}"
-                )
-                continue
-            fitting = [it for it in compatible if resources.fits(total, it.allocatable)]
+        if state.host_ports:
+            clash = conflict(state.host_ports, claim.host_ports)
+            if clash is not None:
+                return f"{describe_port(clash)} is taken on the node"
+        node_requirements = state.node_requirements()
+        if not claim.requirements.is_compatible(node_requirements):
+            return "requirements"
+        merged = claim.requirements.merged(node_requirements)
+        if state.topology_groups():
+            narrowed = self._topology(state, merged, merged, entry.hostname_requirement(), explain=False)
+            if isinstance(narrowed, str):
+                return "topology"
+            if len(narrowed):
+                merged = merged.merged(narrowed)
+        total = resources.merge(claim.requests, state.requests)
+        cpu, memory, pods, extra = _split(total)
+        views = [v for v in entry.views if v.cpu >= cpu and v.memory >= memory and v.pods >= pods]
+        if extra:
+            views = [v for v in views if v.fits(cpu, memory, pods, extra)]
+        if merged is not claim.requirements:
+            _, allowed = entry.pool.compatible(merged)
+            views = [v for v in views if id(v) in allowed]
+        if not views:
+            return "resources"
+        if merged.has_min_values() and merged.check_min_values([v.it.labels for v in views]) is not None:
+            return "minValues"
+        claim.requirements = merged
+        entry.views = views
+        claim.pod_requests = resources.merge(claim.pod_requests, state.requests)
+        claim.pods.append(state.key)
+        claim.host_ports.update(state.host_ports)
+        entry.refresh_room()
+        self._record(state, merged, claim.taints, exact=False, hostname=claim.hostname)
+        return None
+
+    def _open_claim(self, pool: _Pool, state: PodState) -> str | None:
+        template = pool.template
+        name = template.name
+        taint = untolerated(
+            state.tolerations,
+            template.taints,
+            include_prefer_no_schedule=not state.tolerate_prefer_no_schedule,
+        )
+        if taint is not None:
+            return f"did not tolerate taint {taint}"
+        node_requirements = state.node_requirements()
+        restricted = restricted_requirement(node_requirements)
+        if restricted is not None:
+            return f'requires label "{restricted}", which a new node of nodepool "{name}" cannot be given'
+        incompatible = template.requirements.compatible(node_requirements)
+        if incompatible is not None:
+            return f'node selector/affinity not allowed by nodepool "{name}": {incompatible}'
+        merged = template.requirements.merged(node_requirements)
+        hostname = self._next_hostname()
+        if state.topology_groups():
+            for group in state.topology_groups():
+                if group.key == wk.HOSTNAME:
+                    group.register(hostname)
+            narrowed = self._topology(state, merged, merged, _hostname_requirement(hostname))
+            if isinstance(narrowed, str):
+                return f'nodepool "{name}": {narrowed}'
+            if len(narrowed):
+                merged = merged.merged(narrowed)
+        compatible, _ = pool.compatible(merged)
+        if not compatible:
+            return _no_type_reason(pool, merged)
+        total = resources.merge(state.requests, template.daemon_overhead)
+        cpu, memory, pods, extra = _split(total)
+        fitting = [v for v in compatible if v.cpu >= cpu and v.memory >= memory and v.pods >= pods]
+        if extra:
+            fitting = [v for v in fitting if v.fits(cpu, memory, pods, extra)]
+        if not fitting:
+            return _resource_reason(name, state.requests, template.daemon_overhead, merged, compatible)
+        remaining = self._remaining[name]
+        if remaining is not None:
+            # Only the resources the NodePool limits count.
+            fitting = [
+                v for v in fitting if all(v.it.capacity.get(k, 0) <= room for k, room in remaining.items())
+            ]
             if not fitting:
-                short = _shortest_resource(total, compatible)
-                last_reason = (
-                    f"requests {resources.format_list(total)} (with daemonset overhead); no instance type in "
-                    f"nodepool {pool.name!r} allowed by {_describe(merged)} has enough {short}"
+                return (
+                    f'nodepool "{name}" limits: remaining {resources.format_list(remaining) or "nothing"}, '
+                    f"every instance type that fits is larger"
                 )
-                continue
-            remaining = self._remaining[pool.name]
-            if remaining is not None:
-                # Only the resources the NodePool limits count.
-                fitting = [
-                    it for it in fitting if all(it.capacity.get(k, 0) <= v for k, v in remaining.items())
-                ]
-                if not fitting:
-                    last_reason = (
-                        f"all instance types exceed nodepool {pool.name!r} limits "
-                        f"(remaining {resources.format_list(remaining)})"
-                    )
-                    continue
-            if merged.has_min_values():
-                failed = merged.check_min_values([it.labels for it in fitting])
-                if failed is not None:
-                    last_reason = f"minValues not met: {failed}"
-                    continue
-            claim = NewNodeClaim(
-                nodepool=pool.name,
-                nodeclass=pool.nodeclass,
-                requirements=merged,
-                labels=dict(pool.labels),
-                taints=pool.taints,
-                daemon_overhead=dict(pool.daemon_overhead),
-                pod_requests=dict(requests),
-                instance_types=fitting,
+        if merged.has_min_values():
+            failed = merged.check_min_values([v.it.labels for v in fitting])
+            if failed is not None:
+                return f'nodepool "{name}": {failed} among the {len(fitting)} instance types that fit'
+        claim = NewNodeClaim(
+            nodepool=name,
+            nodeclass=template.nodeclass,
+            requirements=merged,
+            labels=dict(template.labels),
+            taints=template.taints,
+            daemon_overhead=dict(template.daemon_overhead),
+            pod_requests=dict(state.requests),
+            instance_types=[],
+            pods=[state.key],
+            hostname=hostname,
+            host_ports=set(state.host_ports),
+        )
+        if remaining is not None:
+            # Reserve the largest option's capacity, as Karpenter does, so limits are never overshot.
+            largest = resources.maximum(v.it.capacity for v in fitting)
+            self._remaining[name] = resources.subtract(remaining, {k: largest.get(k, 0) for k in remaining})
+        entry = _Claim(claim, pool, fitting)
+        entry.refresh_room()
+        self._claims.append(entry)
+        self._new.append(claim)
+        self.topology.register_domain(wk.HOSTNAME, hostname, template.taints)
+        self._record(state, merged, template.taints, exact=False, hostname=hostname)
+        return None
+
+    def _next_hostname(self) -> str:
+        self._hostnames += 1
+        return f"hostname-placeholder-{self._hostnames:04d}"
+
+    # -- topology ----------------------------------------------------------------------------------
+
+    def _topology(
+        self,
+        state: PodState,
+        merged: Requirements,
+        domains: Requirements,
+        hostname: Requirement | None,
+        *,
+        explain: bool = True,
+    ) -> Requirements | str:
+        """The narrowing every topology group of the pod asks of a node with ``domains``; a reason if
+        one cannot be met."""
+        view = state.view()
+        out: list[Requirement] = []
+        topology = self.topology
+        for group in state.owned_groups():
+            node_domains = (
+                hostname if hostname is not None and group.key == wk.HOSTNAME else domains.get(group.key)
             )
-            if remaining is not None:
-                # Reserve the largest option's capacity, as Karpenter does, so limits are never overshot.
-                largest = resources.maximum(it.capacity for it in fitting)
-                self._remaining[pool.name] = resources.subtract(
-                    remaining, {k: largest.get(k, 0) for k in remaining}
-                )
-            self._new.append(claim)
-            return None
-        return last_reason or "no compatible requirements"
+            allowed = topology.allowed(group, view, node_domains, group in state.counted_in, explain=explain)
+            if isinstance(allowed, str):
+                return allowed
+            out.append(allowed)
+        for group in state.inverse_selecting:
+            node_domains = (
+                hostname if hostname is not None and group.key == wk.HOSTNAME else domains.get(group.key)
+            )
+            allowed = topology.allowed(group, view, node_domains, False, explain=explain)
+            if isinstance(allowed, str):
+                return allowed
+            out.append(allowed)
+        narrowed = Requirements(r for r in out if r.key != wk.HOSTNAME)
+        if len(narrowed) and not merged.is_compatible(narrowed):
+            return f"topology narrows to {narrowed}, which the node does not allow"
+        return narrowed
+
+    def _record(
+        self,
+        state: PodState,
+        requirements: Requirements,
+        taints: tuple[Taint, ...],
+        *,
+        exact: bool,
+        hostname: str | None = None,
+    ) -> None:
+        """Count the pod in every group that selects it, where its node's domain is known."""
+        for group in state.counted_in:
+            if group.node_filter is not None:
+                if exact:
+                    if not group.node_filter.matches_labels(requirements.single_valued_labels(), taints):
+                        continue
+                elif not group.node_filter.matches_requirements(requirements, taints):
+                    continue
+            for domain in _domains_of(group.key, requirements, hostname, group.kind == ANTI_AFFINITY):
+                group.record(domain)
+        for group in state.inverse_owned:
+            for domain in _domains_of(group.key, requirements, hostname, True):
+                group.record(domain)
 
 
-def _required_terms(pod: Mapping[str, Any]) -> list[Requirements]:
-    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-    required = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
-        "nodeSelectorTerms"
-    ) or []
-    count = max(1, len(required))
-    return [Requirements.from_pod(pod, required_term=i) for i in range(count)]
+def _domains_of(key: str, requirements: Requirements, hostname: str | None, every: bool) -> list[str]:
+    if key == wk.HOSTNAME and hostname is not None:
+        return [hostname]
+    requirement = requirements.get(key)
+    if requirement.complement:
+        return []
+    values = requirement.values()
+    if every or len(values) == 1:
+        return list(values)
+    return []
+
+
+def _pool_domains(template: NodePoolTemplate, views: Sequence[_TypeView], key: str) -> set[str]:
+    """The values a NodePool's nodes can take for ``key``: its requirement's, or its types' and offerings'."""
+    requirement = template.requirements.get(key)
+    if key == wk.HOSTNAME:
+        return set()
+    if key in (wk.ZONE, wk.CAPACITY_TYPE):
+        found = set()
+        for view in views:
+            for offering in view.it.offerings:
+                if offering_allowed(template.requirements, offering):
+                    found.add(offering.zone if key == wk.ZONE else offering.capacity_type)
+        return found
+    if not requirement.complement:
+        return set(requirement.values())
+    values = {v.it.labels[key] for v in views if key in v.it.labels}
+    return {v for v in values if requirement.has(v)}
+
+
+def _no_type_reason(pool: _Pool, requirements: Requirements) -> str:
+    """Which requirement leaves no instance type: the first key that, alone, rules out every type."""
+    name = pool.template.name
+    for key, requirement in requirements.items():
+        if key in (wk.NODEPOOL, wk.HOSTNAME) or requirement.operator() == "Exists":
+            continue
+        single = Requirements([requirement])
+        if not any(instance_type_mismatch(single, v.it) is None for v in pool.views):
+            if key in OFFERING_KEYS:
+                return f'no instance type in nodepool "{name}" is offered with {requirement}'
+            return f'no instance type in nodepool "{name}" has {requirement}'
+    return f'no instance type in nodepool "{name}" satisfies all of {_describe(requirements)} at once'
+
+
+def _resource_reason(
+    nodepool: str,
+    requests: Mapping[str, int],
+    overhead: Mapping[str, int],
+    requirements: Requirements,
+    compatible: Sequence[_TypeView],
+) -> str:
+    shown = {k: v for k, v in requests.items() if k != resources.PODS}
+    text = f"requests {resources.format_list(shown)}"
+    overhead_shown = {k: v for k, v in overhead.items() if k != resources.PODS}
+    if overhead_shown:
+        text += f" plus daemonset overhead {resources.format_list(overhead_shown)}"
+    total = resources.merge(requests, overhead)
+    allowed_by = f'in nodepool "{nodepool}" allowed by {_describe(requirements)}'
+    for name in sorted(total, key=lambda n: (n not in (resources.CPU, resources.MEMORY), n)):
+        if total[name] <= 0:
+            continue
+        best = max((v.it.allocatable.get(name, 0) for v in compatible), default=0)
+        if best == 0:
+            return f"{text}; no instance type {allowed_by} offers {name}"
+        if total[name] > best:
+            return (
+                f"{text}; no instance type {allowed_by} has enough {name} "
+                f"(largest allocatable {resources.format_quantity(name, best)})"
+            )
+    return f"{text}; no single instance type {allowed_by} has room for all of them at once"
 
 
 def _describe(requirements: Requirements) -> str:
-    return " ".join(str(r) for r in requirements.values() if not _is_any(r)) or "(none)"
+    shown = [
+        str(r)
+        for key, r in requirements.items()
+        if key not in (wk.NODEPOOL, wk.HOSTNAME)
+        and not _is_any(r)
+        and (defined_by_instance_type(key) or key in OFFERING_KEYS)
+    ]
+    return " ".join(shown) or "(any)"
 
 
 def _is_any(requirement: Requirement) -> bool:
-    return requirement.operator() == "Exists"
-
-
-def _shortest_resource(requests: Mapping[str, int], types: Sequence[InstanceTypeLike]) -> str:
-    """The resource that no compatible type offers enough of, for the explanation."""
-    for name in sorted(requests, key=lambda n: (n not in (resources.CPU, resources.MEMORY), n)):
-        if all(requests[name] > it.allocatable.get(name, 0) for it in types):
-            return name
-    return "room for all of them at once"
+    return requirement.operator() == "Exists" and not requirement.has_bounds()
 
 
 def nodepool_requirements(

@@ -14,7 +14,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from serverless_karpenter.solver.bound import dual_bound
+
 Vector = tuple[int, ...]
+# How many of the (nearly) tight types a node opened for an anti-affinity pod tries; the best fill wins.
+OPENER_CHOICES = 3
 Membership = tuple[tuple[int, bool], ...]
 
 
@@ -151,6 +155,7 @@ def best_packing(
     options: Sequence[NodeOption],
     deadline: float,
     weights: Sequence[float] = (),
+    exclusive: frozenset[int] = frozenset(),
 ) -> tuple[list[PackedNode], float] | None:
     """The adaptive packing first, then each candidate main type until the deadline; the cheapest."""
     best: tuple[list[PackedNode], float] | None = None
@@ -163,8 +168,20 @@ def best_packing(
                 best = (nodes, cost)
 
     if weights and candidates:
-        if any(cap == 1 for cap in caps):
-            keep(pack_adaptive(vectors, memberships, caps, candidates, options, weights, owner_first=True))
+        if exclusive:
+            keep(
+                pack_adaptive(
+                    vectors,
+                    memberships,
+                    caps,
+                    candidates,
+                    options,
+                    weights,
+                    owner_first=True,
+                    exclusive=exclusive,
+                    deadline=deadline,
+                )
+            )
         keep(pack_adaptive(vectors, memberships, caps, candidates, options, weights, deadline=deadline))
         keep(
             pack_adaptive(
@@ -193,6 +210,7 @@ def pack_adaptive(
     *,
     dot: bool = False,
     owner_first: bool = False,
+    exclusive: frozenset[int] = frozenset(),
     deadline: float = float("inf"),
 ) -> list[PackedNode] | None:
     """Each node becomes the candidate whose greedy fill is worth most per dollar under the dual weights
@@ -222,8 +240,7 @@ def pack_adaptive(
         return sum(w * r for w, r in zip(weights, option.room, strict=False)) + node_weight
 
     owner_orders: dict[int, list[int]] = {}
-    owner_types: dict[Vector, NodeOption] = {}
-    exclusive = {cls for cls, cap in enumerate(caps) if cap == 1}
+    owner_types: dict[Vector, list[NodeOption]] = {}
     owners = [
         (shape, kind)
         for shape in shapes
@@ -238,35 +255,54 @@ def pack_adaptive(
         if not owners:
             break
         shape, kind = owners[0]  # shapes are largest first
-        option_or_none = owner_types.get(shape.vector)
-        if option_or_none is None:
+        openers = owner_types.get(shape.vector)
+        if openers is None:
             fitting = [o for o in options if fits(shape.vector, o.room) and worth(o) > 0]
             if not fitting:
                 return None
             tightest = min(o.price / worth(o) for o in fitting)
-            option_or_none = max(
+            openers = sorted(
                 (o for o in fitting if o.price / worth(o) <= tightest * 1.03),
-                key=lambda o: (node_weight / o.price, -o.price),
-            )
-            owner_types[shape.vector] = option_or_none
-        option = option_or_none
-        order = owner_orders.get(option.index)
-        if order is None:
-
-            def share(vector: Vector, room: Vector = option.room) -> float:
-                return max(
-                    (v / r if r else (float("inf") if v else 0.0)) for v, r in zip(vector, room, strict=True)
-                )
-
-            order = sorted(range(len(shapes)), key=lambda s: (-share(shapes[s].vector), s))
-            owner_orders[option.index] = order
-        plan, used = _fill(shapes, order, option.room, caps, left, first=(shape, kind))
+                key=lambda o: (-node_weight / o.price, o.price),
+            )[:OPENER_CHOICES]
+            owner_types[shape.vector] = openers
+        best_owner: tuple[float, NodeOption, list[tuple[_Kind, int]], list[int]] | None = None
+        for option in openers:
+            order = owner_orders.get(option.index)
+            if order is None:
+                order = _size_order(shapes, option.room)
+                owner_orders[option.index] = order
+            plan, used = _fill(shapes, order, option.room, caps, left, first=(shape, kind), also=owners[1:])
+            value = (sum(w * u for w, u in zip(weights, used, strict=False)) + node_weight) / option.price
+            if best_owner is None or value > best_owner[0]:
+                best_owner = (value, option, plan, used)
+        assert best_owner is not None
+        _, option, plan, used = best_owner
         node = PackedNode(option, [], used)
         for planned, take in plan:
             for _ in range(take):
                 node.items.append(planned.items.pop())
             left -= take
         nodes.append(node)
+    if owner_first and weights:
+        # Every node the owners need exists now: from here a node is worth only the room it fills, and
+        # the weights are those of the bound for what is left (its mix of shapes is not the whole's).
+        remaining = [0] * len(options[0].room)
+        for shape in shapes:
+            n = sum(len(k.items) for k in shape.kinds)
+            for d, v in enumerate(shape.vector):
+                remaining[d] += n * v
+        _, duals = dual_bound(remaining, 0, [(o.room, o.price) for o in options])
+        resource_weights = [*duals[:-1], 0.0]
+
+        def fill_ratio(option: NodeOption) -> float:
+            value = sum(w * r for w, r in zip(resource_weights, option.room, strict=False))
+            return option.price / value if value > 0 else float("inf")
+
+        candidates = sorted(options, key=lambda o: (fill_ratio(o), o.price))[: len(candidates)]
+        orders = [_size_order(shapes, option.room) for option in candidates]
+        weights = resource_weights
+        dot = True  # few, large nodes from here: balancing cpu against memory pays, and is cheap
     while left:
         if time.perf_counter() > deadline:
             return None
@@ -298,6 +334,15 @@ def pack_adaptive(
     return nodes
 
 
+def _size_order(shapes: Sequence[_Shape], room: Vector) -> list[int]:
+    """Shape indices, largest share of ``room`` first."""
+
+    def share(vector: Vector) -> float:
+        return max((v / r if r else (float("inf") if v else 0.0)) for v, r in zip(vector, room, strict=True))
+
+    return sorted(range(len(shapes)), key=lambda s: (-share(shapes[s].vector), s))
+
+
 def _fill(
     shapes: Sequence[_Shape],
     order: Sequence[int],
@@ -305,20 +350,43 @@ def _fill(
     caps: Sequence[int],
     left: int,
     first: tuple[_Shape, _Kind] | None = None,
+    also: Sequence[tuple[_Shape, _Kind]] = (),
 ) -> tuple[list[tuple[_Kind, int]], list[int]]:
     """Largest shapes first (in ``order``), as many of each as fit; ``first`` is placed before all."""
     residual = list(room)
     count: dict[int, int] = {}
     owner: set[int] = set()
     plan: list[tuple[_Kind, int]] = []
+    planned: dict[int, int] = {}
     if first is not None:
         shape, kind = first
         plan.append((kind, 1))
+        planned[id(kind)] = 1
         left -= 1
         for d in range(len(residual)):
             residual[d] -= shape.vector[d]
         for cls, is_owner in kind.membership:
             count[cls] = 1
+            if is_owner:
+                owner.add(cls)
+    for shape, kind in also:
+        # One each of these (other pods at most one to a node) before the rest, while they fit.
+        if len(kind.items) - planned.get(id(kind), 0) <= 0 or not left:
+            continue
+        if any(v > r for v, r in zip(shape.vector, residual, strict=True)):
+            continue
+        if any(
+            (is_owner or cls in owner) and count.get(cls, 0) + 1 > caps[cls]
+            for cls, is_owner in kind.membership
+        ):
+            continue
+        plan.append((kind, 1))
+        planned[id(kind)] = planned.get(id(kind), 0) + 1
+        left -= 1
+        for d in range(len(residual)):
+            residual[d] -= shape.vector[d]
+        for cls, is_owner in kind.membership:
+            count[cls] = count.get(cls, 0) + 1
             if is_owner:
                 owner.add(cls)
     for s in order:
@@ -333,7 +401,7 @@ def _fill(
         if not limit:
             continue
         for kind in shape.kinds:
-            available = len(kind.items) - (1 if first is not None and kind is first[1] else 0)
+            available = len(kind.items) - planned.get(id(kind), 0)
             if available <= 0 or not limit:
                 continue
             take = min(limit, available)

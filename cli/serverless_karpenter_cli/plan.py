@@ -1,0 +1,339 @@
+"""`serverless-karpenter plan`: an offline dry run of provisioning for a set of manifests.
+
+It runs the live provisioner's own simulation (``provisioning.provisioner.simulate_provisioning``) on
+manifests instead of the API server: workloads are expanded to the pods their controllers would create,
+Nodes and pods bound to them are existing capacity, and the instance types come from the bundled
+snapshot or a ``--catalog`` file shaped like the EC2 APIs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from serverless_karpenter import amifamily
+from serverless_karpenter.adapters.ec2 import ResolvedNodeClass, Subnet
+from serverless_karpenter.api.errors import ManifestError
+from serverless_karpenter.api.labels import CAPACITY_TYPE, INSTANCE_TYPE, ZONE
+from serverless_karpenter.api.manifests import is_karpenter_kind, parse_manifest
+from serverless_karpenter.catalog import (
+    KubeletConfig,
+    build_catalog,
+    bundled_snapshot,
+    latest_spot_prices,
+    offered_zones_from_items,
+)
+from serverless_karpenter.catalog.allocatable import AMI_FAMILIES
+from serverless_karpenter.clock import SystemClock
+from serverless_karpenter.provisioning.context import InstanceTypeProvider
+from serverless_karpenter.provisioning.provisioner import (
+    ClusterState,
+    explain,
+    namespace_labels,
+    simulate_provisioning,
+)
+from serverless_karpenter.runtime import CatalogInstanceTypes, SchedulableInstanceType
+from serverless_karpenter.scheduling.inputs import ManifestSet, classify, flatten
+from serverless_karpenter.scheduling.scheduler import SchedulingResult, choose_offering
+from serverless_karpenter.scheduling.volumes import VolumeIndex
+
+DEFAULT_REGION = "us-east-1"
+_MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class PlanError(Exception):
+    """A problem with the inputs, reported as one line and exit code 2."""
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "plan",
+        help="show the NodeClaims provisioning would launch for a set of manifests (offline)",
+        description=(
+            "Simulates provisioning for manifests: NodePools, EC2NodeClasses, Pods, Deployments, "
+            "StatefulSets, ReplicaSets and Jobs (expanded to pending pods), existing Nodes (pods with "
+            "nodeName are bound to them), DaemonSets, PDBs, PVCs, PVs and StorageClasses. No AWS account "
+            "or cluster is needed."
+        ),
+        epilog=(
+            "examples:\n"
+            "  serverless-karpenter plan -f nodepools.yaml -f apps/\n"
+            "  serverless-karpenter plan -f cluster/ --catalog catalog.json -o json"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        dest="paths",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="a YAML/JSON file or a folder of them (repeatable)",
+    )
+    parser.add_argument(
+        "--catalog",
+        metavar="FILE",
+        help="instance types as JSON shaped like the EC2 APIs (default: the bundled snapshot)",
+    )
+    parser.add_argument("--region", help=f"AWS region (default: the catalog's, else {DEFAULT_REGION})")
+    parser.add_argument("-o", "--output", choices=("json", "table"), default="table")
+    parser.set_defaults(run=run)
+
+
+# -- inputs -----------------------------------------------------------------------------------------
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _MANIFEST_SUFFIXES)
+    if path.is_file():
+        return [path]
+    raise PlanError(f"{path}: no such file or folder")
+
+
+def load_objects(paths: Iterable[str]) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = []
+    for raw in paths:
+        for file in _files(Path(raw)):
+            try:
+                with file.open() as handle:
+                    objects.extend(flatten(yaml.safe_load_all(handle)))
+            except yaml.YAMLError as error:
+                first = str(error).splitlines()[0] if str(error) else type(error).__name__
+                raise PlanError(f"{file}: not valid YAML: {first}") from None
+    return objects
+
+
+class FileCatalog:
+    """Instance types from a ``--catalog`` file: DescribeInstanceTypes, DescribeInstanceTypeOfferings,
+    DescribeSpotPriceHistory items and on-demand prices. A type with no offering in a zone is not offered
+    there; a type with no spot price has no spot offering."""
+
+    def __init__(self, data: Mapping[str, Any], region: str) -> None:
+        self.region = region
+        self._types = list(data.get("InstanceTypes") or [])
+        self._offered = offered_zones_from_items(data.get("InstanceTypeOfferings") or [])
+        self._on_demand = {str(k): float(v) for k, v in (data.get("OnDemandPrices") or {}).items()}
+        self._spot = latest_spot_prices(data.get("SpotPriceHistory") or [])
+
+    def zones(self) -> list[str]:
+        return sorted({z for zones in self._offered.values() for z in zones})
+
+    def instance_types(
+        self, nodeclass: ResolvedNodeClass, spec: Mapping[str, Any]
+    ) -> list[SchedulableInstanceType]:
+        catalog = build_catalog(
+            self._types,
+            self._offered,
+            region=self.region,
+            zones=nodeclass.zones,
+            on_demand_prices=self._on_demand,
+            spot_prices=self._spot,
+            kubelet=KubeletConfig.from_spec((spec.get("spec") or {}).get("kubelet")),
+            ami_family_name=nodeclass.ami_family,
+        )
+        return [
+            SchedulableInstanceType(
+                it.name, it.allocatable, it.capacity, it.labels, catalog.available_offerings(it)
+            )
+            for it in catalog
+            if it.arch in nodeclass.amis and catalog.available_offerings(it)
+        ]
+
+    def mark_unavailable(self, capacity_type: str, instance_type: str, zone: str, reason: str) -> None:
+        """Nothing launches in a plan."""
+
+    def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool:
+        return False
+
+
+class _Types:
+    """What ``build_templates`` needs: somewhere to read instance types from."""
+
+    def __init__(self, provider: InstanceTypeProvider) -> None:
+        self._provider = provider
+
+    @property
+    def instance_types(self) -> InstanceTypeProvider:
+        return self._provider
+
+
+def _ami_family(spec: Mapping[str, Any]) -> str:
+    for term in spec.get("amiSelectorTerms") or ():
+        if term.get("alias"):
+            family = amifamily.alias_family(str(term["alias"]).partition("@")[0])
+            return family if family.lower() in AMI_FAMILIES else "AL2023"
+    family = str(spec.get("amiFamily") or "AL2023")
+    return family if family.lower() in AMI_FAMILIES else "AL2023"
+
+
+def offline_nodeclass(manifest: Mapping[str, Any], zones: Sequence[str]) -> ResolvedNodeClass:
+    """An EC2NodeClass as if resolved: a subnet in every zone of the catalog and an AMI per architecture
+    (offline there are no subnets or images to look up)."""
+    spec = manifest.get("spec") or {}
+    name = str((manifest.get("metadata") or {}).get("name"))
+    return ResolvedNodeClass(
+        name=name,
+        subnets=[Subnet(f"subnet-plan-{zone}", zone, None, 4096) for zone in zones],
+        security_group_ids=[],
+        amis={"amd64": "ami-plan-amd64", "arm64": "ami-plan-arm64"},
+        ami_family=_ami_family(spec),
+        instance_profile=None,
+        kubelet=dict(spec.get("kubelet") or {}),
+    )
+
+
+# -- the plan ---------------------------------------------------------------------------------------
+
+
+def build_plan(
+    manifests: ManifestSet, provider: InstanceTypeProvider, zones: Sequence[str]
+) -> dict[str, Any]:
+    specs = {str(nc["metadata"]["name"]): nc for nc in manifests.nodeclasses}
+    state = ClusterState(
+        nodepools=manifests.nodepools,
+        nodeclass_specs=specs,
+        resolved={name: offline_nodeclass(spec, zones) for name, spec in specs.items()},
+        nodes=manifests.nodes,
+        bound_pods=manifests.bound,
+        daemonsets=manifests.daemonsets,
+        namespaces=namespace_labels(manifests.namespaces),
+        volumes=VolumeIndex.build(manifests.pvcs, manifests.pvs, manifests.storage_classes),
+    )
+    result = simulate_provisioning(state, manifests.pending, _Types(provider))
+    return render(result, manifests)
+
+
+def render(result: SchedulingResult, manifests: ManifestSet) -> dict[str, Any]:
+    claims: list[dict[str, Any]] = []
+    cost = 0.0
+    for claim in result.new_nodeclaims:
+        chosen = choose_offering(claim)
+        by_name = {it.name: it for it in claim.instance_types}
+        labels = dict(claim.requirements.labels())
+        if chosen is not None:
+            labels.update(by_name[chosen.instance_type].labels)
+            labels.update(
+                {ZONE: chosen.zone, CAPACITY_TYPE: chosen.capacity_type, INSTANCE_TYPE: chosen.instance_type}
+            )
+            cost += chosen.price
+        labels.update(claim.labels)
+        claims.append(
+            {
+                "nodepool": claim.nodepool,
+                "instance_type": chosen.instance_type if chosen else None,
+                "instance_type_options": [it.name for it in claim.instance_types],
+                "zone": chosen.zone if chosen else None,
+                "capacity_type": chosen.capacity_type if chosen else None,
+                "price_per_hour": chosen.price if chosen else None,
+                "pods": sorted(claim.pods),
+                "labels": dict(sorted(labels.items())),
+                "taints": [t.to_dict() for t in claim.taints],
+            }
+        )
+    unschedulable = [
+        {"pod": pod, "reason": explain(reasons), "nodepools": dict(sorted(reasons.items()))}
+        for pod, reasons in sorted(result.unschedulable.items())
+    ]
+    for pod, problem in sorted(manifests.problems.items()):
+        reasons = {str(np["metadata"]["name"]): problem for np in manifests.nodepools} or {"": problem}
+        unschedulable.append({"pod": pod, "reason": explain(reasons), "nodepools": reasons})
+    return {
+        "nodeclaims": claims,
+        "existing_nodes": {name: sorted(pods) for name, pods in sorted(result.existing.items())},
+        "unschedulable": unschedulable,
+        "cost_per_hour": round(cost, 6),
+    }
+
+
+def _validate(objects: Iterable[Mapping[str, Any]]) -> None:
+    for obj in objects:
+        if is_karpenter_kind(obj) and obj.get("kind") in ("NodePool", "EC2NodeClass"):
+            parse_manifest(obj)
+
+
+def _provider(args: argparse.Namespace) -> tuple[InstanceTypeProvider, list[str], str]:
+    if args.catalog:
+        try:
+            data = json.loads(Path(args.catalog).read_text())
+        except (OSError, ValueError) as error:
+            raise PlanError(f"--catalog {args.catalog}: {error}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("InstanceTypes"), list):
+            raise PlanError(f'--catalog {args.catalog}: expected a JSON object with an "InstanceTypes" list')
+        region = args.region or str(data.get("region") or DEFAULT_REGION)
+        catalog = FileCatalog(data, region)
+        return catalog, catalog.zones(), region
+    region = args.region or DEFAULT_REGION
+    try:
+        snapshot = bundled_snapshot(region)
+    except ValueError as error:
+        raise PlanError(f"{error}; pass --catalog FILE for other regions") from None
+    zones = sorted(snapshot.zone_ids) or sorted({z for zs in snapshot.offered_zones.values() for z in zs})
+    return CatalogInstanceTypes(region, SystemClock()), zones, region
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    try:
+        objects = load_objects(args.paths)
+        _validate(objects)
+        provider, zones, _ = _provider(args)
+        manifests = classify(objects)
+        if not manifests.nodepools:
+            raise PlanError("no NodePool in the manifests: there is nothing to provision with")
+        plan = build_plan(manifests, provider, zones)
+    except (PlanError, ManifestError) as error:
+        err.print(Text.assemble(("error:", "red"), f" {error}"), soft_wrap=True, highlight=False)
+        return 2
+    if args.output == "json":
+        print(json.dumps(plan))
+    else:
+        print_table(plan, Console())
+    return 0
+
+
+def print_table(plan: Mapping[str, Any], console: Console) -> None:
+    claims = Table(title="NodeClaims to launch", title_justify="left")
+    for column in ("nodepool", "instance type", "zone", "capacity", "$/h", "pods", "options"):
+        claims.add_column(column, overflow="fold")
+    for claim in plan["nodeclaims"]:
+        options = claim["instance_type_options"]
+        claims.add_row(
+            claim["nodepool"],
+            claim["instance_type"] or "-",
+            claim["zone"] or "-",
+            claim["capacity_type"] or "-",
+            f"{claim['price_per_hour']:.4f}" if claim["price_per_hour"] is not None else "-",
+            str(len(claim["pods"])),
+            ", ".join(options[:4]) + (f" +{len(options) - 4}" if len(options) > 4 else ""),
+        )
+    console.print(claims)
+    if plan["existing_nodes"]:
+        existing = Table(title="Pods placed on existing capacity", title_justify="left")
+        existing.add_column("node")
+        existing.add_column("pods", overflow="fold")
+        for node, pods in plan["existing_nodes"].items():
+            existing.add_row(node, ", ".join(pods))
+        console.print(existing)
+    if plan["unschedulable"]:
+        failed = Table(title="Unschedulable pods", title_justify="left")
+        failed.add_column("pod")
+        failed.add_column("nodepool")
+        failed.add_column("first failing constraint", overflow="fold")
+        for entry in plan["unschedulable"]:
+            for pool, reason in entry["nodepools"].items():
+                failed.add_row(entry["pod"], pool or "-", reason)
+        console.print(failed)
+    console.print(
+        f"{len(plan['nodeclaims'])} NodeClaim(s), {len(plan['unschedulable'])} unschedulable pod(s), "
+        f"${plan['cost_per_hour']:.4f}/h",
+        highlight=False,
+    )

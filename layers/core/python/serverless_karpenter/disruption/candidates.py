@@ -1,0 +1,332 @@
+"""Disruption candidates: which nodes a method may consider, and what blocks each one. Pure.
+
+A candidate is an Initialized NodeClaim with a Node, owned by a NodePool that still exists, not being
+deleted and not part of a disruption command already under way. What blocks a candidate depends on
+the method: graceful methods (drift, consolidation) respect ``karpenter.sh/do-not-disrupt`` and PDBs that
+forbid evictions; consolidation also refuses pods without a controller, nodes younger than
+``min_node_age`` (beyond Karpenter) and nodes whose last pod event is more recent than consolidateAfter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.api.common import parse_duration
+from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
+from serverless_karpenter.api.nodepool import NodePool
+from serverless_karpenter.clock import parse_rfc3339
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.scheduling import pods as podlib
+from serverless_karpenter.scheduling.requirements import Requirements
+from serverless_karpenter.scheduling.scheduler import NodePoolTemplate
+from serverless_karpenter.termination.handoff import is_reschedulable
+
+# Record annotations that carry disruption state from one invocation to the next.
+COMMAND_ANNOTATION = "serverless-karpenter.io/disruption-command"
+POD_SET_ANNOTATION = "serverless-karpenter.io/pod-set"
+POD_EVENT_ANNOTATION = "serverless-karpenter.io/last-pod-event"
+REPLACEMENT_FOR_ANNOTATION = "serverless-karpenter.io/replacement-for"
+
+
+class ResolvedNodeClassLike(Protocol):
+    @property
+    def amis(self) -> dict[str, str]: ...
+    @property
+    def security_group_ids(self) -> list[str]: ...
+    @property
+    def zones(self) -> list[str]: ...
+    @property
+    def subnets(self) -> Sequence[Any]: ...
+
+
+@dataclass(frozen=True)
+class InstanceNetwork:
+    subnet_id: str | None
+    security_group_ids: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Options:
+    """Knobs, Karpenter's and ours (documented in docs and config.Settings)."""
+
+    min_savings_percent: float = 10.0
+    min_node_age: timedelta = timedelta(minutes=10)
+    spot_to_spot: bool = False
+    same_type_replacement: bool = False
+    validation_delay: timedelta = timedelta(seconds=15)
+    replacement_timeout: timedelta = timedelta(minutes=10)
+    # Karpenter #5903: merging at equal price is worth it when it removes DaemonSet overhead.
+    merge_for_daemon_overhead: bool = True
+    spot_to_spot_min_types: int = 15
+
+
+@dataclass
+class Snapshot:
+    """Everything one disruption pass reads, gathered by the use case."""
+
+    now: datetime
+    records: list[NodeClaimRecord]
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]  # bound, non-terminal
+    nodepools: dict[str, NodePool]
+    nodepool_manifests: dict[str, dict[str, Any]]
+    nodeclasses: dict[str, EC2NodeClass]
+    resolved: Mapping[str, ResolvedNodeClassLike]
+    pdbs: list[dict[str, Any]]
+    templates: list[NodePoolTemplate]
+    instance_network: dict[str, InstanceNetwork] = field(default_factory=dict)
+
+    def node(self, name: str | None) -> dict[str, Any] | None:
+        return next((n for n in self.nodes if n["metadata"]["name"] == name), None) if name else None
+
+    def pods_on(self, node_name: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods if podlib.node_name(p) == node_name]
+
+
+@dataclass
+class Candidate:
+    record: NodeClaimRecord
+    node: dict[str, Any]
+    nodepool: NodePool
+    pods: list[dict[str, Any]]
+    last_pod_event: datetime
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def node_name(self) -> str:
+        return str(self.node["metadata"]["name"])
+
+    @property
+    def reschedulable(self) -> list[dict[str, Any]]:
+        return [p for p in self.pods if is_reschedulable(p)]
+
+    @property
+    def instance_type(self) -> str:
+        return self.record.instance_type or "?"
+
+    @property
+    def capacity_type(self) -> str:
+        return self.record.capacity_type or wk.CAPACITY_TYPE_ON_DEMAND
+
+    @property
+    def price(self) -> float:
+        return self.record.price_per_hour if self.record.price_per_hour is not None else float("inf")
+
+    def describe(self) -> str:
+        return f"{self.instance_type} {self.capacity_type} ${self.price:.4f}/h"
+
+    def disruption_cost(self) -> tuple[int, float, str]:
+        # Karpenter prefers the nodes whose disruption evicts the least; among equals, the dearest.
+        return (len(self.reschedulable), -self.price, self.name)
+
+
+def pending_command(record: NodeClaimRecord) -> dict[str, Any] | None:
+    raw = record.annotations.get(COMMAND_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def pod_fingerprint(pods: Sequence[Mapping[str, Any]]) -> str:
+    keys = sorted(podlib.key(p) for p in pods if not podlib.is_daemonset_pod(p))
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+
+
+def observe_pod_events(
+    record: NodeClaimRecord, pods: Sequence[Mapping[str, Any]], now: datetime
+) -> dict[str, str] | None:
+    """The record's new annotations when its node's pods changed since the last pass, else None.
+
+    Deleted pods leave no trace in the API, so the last pod event is observed: each pass fingerprints
+    the node's non-DaemonSet pods, and a change stamps the time of the pass that saw it (so it is late
+    by at most one disruption interval).
+    """
+    fingerprint = pod_fingerprint(pods)
+    if record.annotations.get(POD_SET_ANNOTATION) == fingerprint:
+        return None
+    return {
+        **record.annotations,
+        POD_SET_ANNOTATION: fingerprint,
+        POD_EVENT_ANNOTATION: now.isoformat(),
+    }
+
+
+def _pod_started(pod: Mapping[str, Any]) -> datetime | None:
+    text = (pod.get("status") or {}).get("startTime") or (pod.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return parse_rfc3339(text) if text else None
+    except ValueError:
+        return None
+
+
+def last_pod_event(record: NodeClaimRecord, pods: Sequence[Mapping[str, Any]]) -> datetime:
+    """The latest of: initialization, any pod's start on the node, the last observed pod-set change."""
+    times = [record.initialized_at or record.registered_at or record.created_at]
+    times += [t for p in pods if not podlib.is_daemonset_pod(p) and (t := _pod_started(p)) is not None]
+    observed = record.annotations.get(POD_EVENT_ANNOTATION)
+    if observed:
+        with contextlib.suppress(ValueError):
+            times.append(datetime.fromisoformat(observed))
+    return max(times)
+
+
+def in_command(record: NodeClaimRecord) -> bool:
+    return pending_command(record) is not None and not record.is_deleting
+
+
+def candidates(snapshot: Snapshot) -> tuple[list[Candidate], dict[str, str]]:
+    """Candidates, and why each other NodeClaim (by name) is not one."""
+    out: list[Candidate] = []
+    skipped: dict[str, str] = {}
+    for record in snapshot.records:
+        if record.state != NodeClaimState.INITIALIZED:
+            if record.state != NodeClaimState.TERMINATED:
+                skipped[record.name] = f"nodeclaim is {record.state.value}, not Initialized"
+            continue
+        node = snapshot.node(record.node_name)
+        if node is None:
+            skipped[record.name] = "nodeclaim has no node"
+            continue
+        if node["metadata"].get("deletionTimestamp"):
+            skipped[record.name] = "node is being deleted"
+            continue
+        nodepool = snapshot.nodepools.get(record.nodepool)
+        if nodepool is None:
+            skipped[record.name] = f'nodepool "{record.nodepool}" does not exist'
+            continue
+        if in_command(record):
+            command = pending_command(record) or {}
+            skipped[record.name] = (
+                f"already part of a {command.get('method')} command ({command.get('stage', 'validating')})"
+            )
+            continue
+        pods = snapshot.pods_on(node["metadata"]["name"])
+        out.append(Candidate(record, node, nodepool, pods, last_pod_event(record, pods)))
+    return out, skipped
+
+
+# --- blockers -------------------------------------------------------------------------------------------
+
+
+def _do_not_disrupt_blocks(value: str | None, started: datetime | None, now: datetime) -> bool:
+    if value is None:
+        return False
+    if value.strip().lower() == "true":
+        return True
+    try:
+        duration = parse_duration(value.strip())
+    except ValueError:
+        return False  # an unparseable value does not block, as Karpenter ignores it
+    if duration is None:  # "Never" would mean forever
+        return True
+    return started is None or now < started + duration
+
+
+def _label_selector(selector: Mapping[str, Any] | None) -> Requirements | None:
+    if selector is None:
+        return None
+    return Requirements.from_labels(selector.get("matchLabels") or {}).merged(
+        Requirements.from_node_selector_requirements(selector.get("matchExpressions") or [])
+    )
+
+
+def pdb_blocking(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]]) -> str | None:
+    """The PDB (``namespace/name``) that forbids evicting ``pod`` now, read from its status."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    for pdb in pdbs:
+        pmeta = pdb.get("metadata") or {}
+        if pmeta.get("namespace", "default") != meta.get("namespace", "default"):
+            continue
+        selector = _label_selector((pdb.get("spec") or {}).get("selector"))
+        if selector is None or len(selector) == 0 or selector.matches_labels(labels) is not None:
+            continue
+        status = pdb.get("status") or {}
+        if int(status.get("disruptionsAllowed") or 0) <= 0:
+            return f"{pmeta.get('namespace', 'default')}/{pmeta.get('name')}"
+    return None
+
+
+@dataclass(frozen=True)
+class Blocker:
+    kind: str  # metric dimension: DoNotDisrupt, PDB, NoController, NodeAge, ConsolidateAfter, Policy, Budget
+    message: str
+
+
+def graceful_blocker(
+    candidate: Candidate, pdbs: Sequence[Mapping[str, Any]], now: datetime
+) -> Blocker | None:
+    """What blocks drift and consolidation of the candidate: annotations and PDBs."""
+    annotations = candidate.node["metadata"].get("annotations") or {}
+    if (annotations.get(wk.DO_NOT_DISRUPT) or "").strip().lower() == "true":
+        return Blocker(
+            "DoNotDisrupt", f'node {candidate.node_name} has annotation {wk.DO_NOT_DISRUPT}="true"'
+        )
+    for pod in candidate.reschedulable:
+        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(wk.DO_NOT_DISRUPT)
+        if _do_not_disrupt_blocks(value, _pod_started(pod), now):
+            return Blocker(
+                "DoNotDisrupt", f'pod {podlib.key(pod)} has annotation {wk.DO_NOT_DISRUPT}="{value}"'
+            )
+    for pod in candidate.reschedulable:
+        pdb = pdb_blocking(pod, pdbs)
+        if pdb is not None:
+            return Blocker("PDB", f"pdb {pdb} prevents pod evictions (pod {podlib.key(pod)})")
+    return None
+
+
+def consolidation_blocker(candidate: Candidate, options: Options, now: datetime) -> Blocker | None:
+    """What keeps the candidate from emptiness and consolidation beyond the graceful blockers."""
+    consolidate_after = candidate.nodepool.consolidate_after_timedelta()
+    if consolidate_after is None:
+        return Blocker(
+            "ConsolidateAfter", f'nodepool "{candidate.nodepool.metadata.name}" has consolidateAfter: Never'
+        )
+    born = candidate.record.initialized_at or candidate.record.created_at
+    if now - born < options.min_node_age:
+        return Blocker(
+            "NodeAge",
+            f"node is {int((now - born).total_seconds())}s old, younger than minNodeAge "
+            f"{int(options.min_node_age.total_seconds())}s",
+        )
+    ready_at = candidate.last_pod_event + consolidate_after
+    if now < ready_at:
+        return Blocker(
+            "ConsolidateAfter",
+            f"last pod event {int((now - candidate.last_pod_event).total_seconds())}s ago; consolidateAfter "
+            f"{int(consolidate_after.total_seconds())}s not elapsed",
+        )
+    return None
+
+
+def no_controller_blocker(candidate: Candidate) -> Blocker | None:
+    for pod in candidate.reschedulable:
+        if podlib.owner_kind(pod) is None:
+            return Blocker("NoController", f"pod {podlib.key(pod)} has no controller")
+    return None
+
+
+def expired(candidate_record: NodeClaimRecord, nodepool: NodePool, now: datetime) -> timedelta | None:
+    """How far past expireAfter the NodeClaim is, or None when it has not expired."""
+    if candidate_record.expire_after_seconds is not None:
+        expire_after: timedelta | None = timedelta(seconds=candidate_record.expire_after_seconds)
+    else:
+        expire_after = nodepool.expire_after_timedelta()
+    if expire_after is None:
+        return None
+    overdue = now - (candidate_record.created_at + expire_after)
+    return overdue if overdue >= timedelta(0) else None

@@ -1,0 +1,484 @@
+"""The disruption pass: gather a snapshot, expire, advance commands under way, then decide a new one.
+
+One invocation does one pass and returns; what must outlive it is on the NodeClaim records:
+- ``serverless-karpenter.io/disruption-command`` on each candidate: the command's method, action and
+  stage (``validating`` until re-simulated at least ``validation_delay`` later, then ``replacing``
+  while its replacements launch and initialize);
+- the NodePool and EC2NodeClass hashes (``karpenter.sh/nodepool-hash``,
+  ``karpenter.k8s.aws/ec2nodeclass-hash``), stamped on the record when first seen, for drift;
+- the fingerprint of the node's pods and when it last changed, for consolidateAfter.
+
+Acting reuses the termination path: ``begin_deletion`` marks the record Disrupting and deletes the Node,
+and the Terminator drains it honouring PDBs and do-not-disrupt. A ``replace`` launches its replacement
+first and deletes the old nodes only once the replacement is Initialized.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from serverless_karpenter.adapters.state_store import ConflictError, Lease
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
+from serverless_karpenter.api.errors import ManifestError
+from serverless_karpenter.api.nodepool import NodePool
+from serverless_karpenter.clock import to_rfc3339
+from serverless_karpenter.disruption import methods as m
+from serverless_karpenter.disruption.candidates import (
+    COMMAND_ANNOTATION,
+    REPLACEMENT_FOR_ANNOTATION,
+    Candidate,
+    InstanceNetwork,
+    Options,
+    Snapshot,
+    candidates,
+    expired,
+    observe_pod_events,
+    pending_command,
+)
+from serverless_karpenter.lifecycle.launch import launch_record
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.observability import MetricName, Msg, emit_dimensioned, logger
+from serverless_karpenter.provisioning.context import ControlPlane
+from serverless_karpenter.provisioning.provisioner import Provisioner, build_templates
+from serverless_karpenter.scheduling import pods as podlib
+from serverless_karpenter.scheduling import resources
+from serverless_karpenter.termination.terminator import begin_deletion
+
+LEASE_NAME = "disruption"
+LEASE_SECONDS = 120.0
+STAGE_VALIDATING = "validating"
+STAGE_REPLACING = "replacing"
+
+
+@dataclass
+class DisruptionRun:
+    leader: bool = True
+    expired: list[str] = field(default_factory=list)
+    decided: list[str] = field(default_factory=list)  # "method: action nodeclaims"
+    executed: list[str] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+    replacements: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "leader": self.leader,
+            "expired": self.expired,
+            "decided": self.decided,
+            "executed": self.executed,
+            "aborted": self.aborted,
+            "replacements": self.replacements,
+        }
+
+
+def options_from(plane: ControlPlane) -> Options:
+    settings = plane.settings
+    return Options(
+        min_savings_percent=settings.min_savings_percent,
+        min_node_age=timedelta(seconds=settings.min_node_age_seconds),
+        spot_to_spot=settings.spot_to_spot_consolidation,
+        same_type_replacement=settings.same_type_replacement,
+    )
+
+
+# --- the snapshot -------------------------------------------------------------------------------------------
+
+
+def _instance_network(plane: ControlPlane, records: Sequence[NodeClaimRecord]) -> dict[str, InstanceNetwork]:
+    ids = [r.instance_id for r in records if r.instance_id and r.state == NodeClaimState.INITIALIZED]
+    if not ids:
+        return {}
+    from serverless_karpenter.adapters import aws
+
+    out: dict[str, InstanceNetwork] = {}
+    try:
+        ec2 = aws.client("ec2", plane.settings.aws_region)
+        for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=ids):
+            for reservation in page["Reservations"]:
+                for raw in reservation["Instances"]:
+                    out[raw["InstanceId"]] = InstanceNetwork(
+                        subnet_id=raw.get("SubnetId"),
+                        security_group_ids=frozenset(g["GroupId"] for g in raw.get("SecurityGroups") or []),
+                    )
+    except Exception as error:  # drift by network is worth a retry next pass, never a failed pass
+        logger.warning("could not describe instances for drift", extra={"error": str(error)})
+        return {}
+    return out
+
+
+def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
+    kube = plane.kube
+    now = plane.clock.now()
+    manifests = {p["metadata"]["name"]: p for p in kube.list_nodepools()}
+    nodepools: dict[str, NodePool] = {}
+    for name, manifest in manifests.items():
+        try:
+            nodepools[name] = NodePool.model_validate(manifest)
+        except (ManifestError, ValueError) as error:
+            logger.warning(
+                "invalid NodePool ignored by disruption", extra={"nodepool": name, "error": str(error)}
+            )
+    specs = {nc["metadata"]["name"]: nc for nc in kube.list_ec2nodeclasses()}
+    nodeclasses: dict[str, EC2NodeClass] = {}
+    resolved = {}
+    for name, spec in specs.items():
+        try:
+            nodeclasses[name] = EC2NodeClass.model_validate(spec)
+            resolved[name] = plane.resolver.resolve(spec)
+        except (ManifestError, ValueError) as error:
+            logger.warning("EC2NodeClass not ready", extra={"ec2nodeclass": name, "error": str(error)})
+    records = plane.store.list()
+    usage: dict[str, resources.ResourceList] = {}
+    for record in records:
+        if record.is_active or record.is_deleting:
+            usage[record.nodepool] = resources.merge(
+                usage.get(record.nodepool, {}), record.expected_capacity()
+            )
+    templates, _ = build_templates(
+        [manifests[n] for n in nodepools], resolved, specs, plane, kube.list_daemonsets(), usage
+    )
+    pods = [p for p in kube.list_pods(field_selector="spec.nodeName!=") if not podlib.is_terminal(p)]
+    return Snapshot(
+        now=now,
+        records=records,
+        nodes=kube.list_nodes(),
+        pods=pods,
+        nodepools=nodepools,
+        nodepool_manifests={n: manifests[n] for n in nodepools},
+        nodeclasses=nodeclasses,
+        resolved=resolved,
+        pdbs=kube.list_pdbs(),
+        templates=templates,
+        instance_network=_instance_network(plane, records) if network else {},
+    )
+
+
+def _save(
+    plane: ControlPlane, record: NodeClaimRecord, annotations: dict[str, str]
+) -> NodeClaimRecord | None:
+    try:
+        return plane.store.save(record.model_copy(update={"annotations": annotations}))
+    except ConflictError:
+        return None  # somebody moved it on; the next pass sees the new version
+
+
+def stamp_records(plane: ControlPlane, snapshot: Snapshot) -> None:
+    """Hashes for drift on records that lack them, and pod-set changes for consolidateAfter.
+
+    The provisioner writes records without the hashes; stamping them at first sight means a NodePool
+    change between a launch and the next disruption pass goes unnoticed as drift (documented).
+    """
+    updated: list[NodeClaimRecord] = []
+    for record in snapshot.records:
+        if record.state not in (NodeClaimState.REGISTERED, NodeClaimState.INITIALIZED):
+            updated.append(record)
+            continue
+        annotations = dict(record.annotations)
+        pool = snapshot.nodepools.get(record.nodepool)
+        nodeclass = snapshot.nodeclasses.get(record.nodeclass)
+        if pool is not None and wk.NODEPOOL_HASH not in annotations:
+            annotations[wk.NODEPOOL_HASH] = pool.template_hash()
+        if nodeclass is not None and wk.EC2NODECLASS_HASH not in annotations:
+            annotations[wk.EC2NODECLASS_HASH] = nodeclass.static_hash()
+        if record.node_name:
+            pods = snapshot.pods_on(record.node_name)
+            annotations = (
+                observe_pod_events(record.model_copy(update={"annotations": annotations}), pods, snapshot.now)
+                or annotations
+            )
+        if annotations != record.annotations:
+            saved = _save(plane, record, annotations)
+            updated.append(saved or record)
+        else:
+            updated.append(record)
+    snapshot.records = updated
+
+
+# --- acting ---------------------------------------------------------------------------------------------
+
+
+def _log_decision(command: m.Command, stage: str) -> None:
+    logger.info(
+        Msg.DISRUPTING_NODECLAIMS.format(method=command.method),
+        extra={
+            "decision": command.action,
+            "stage": stage,
+            "nodeclaims": command.names(),
+            "nodes": [c.node_name for c in command.candidates],
+            "pods": sum(len(c.reschedulable) for c in command.candidates),
+            "replacements": len(command.replacements),
+            "detail": command.detail,
+        },
+    )
+
+
+def _mark(plane: ControlPlane, records: Sequence[NodeClaimRecord], command: dict[str, Any] | None) -> bool:
+    ok = True
+    for record in records:
+        annotations = {k: v for k, v in record.annotations.items() if k != COMMAND_ANNOTATION}
+        if command is not None:
+            annotations[COMMAND_ANNOTATION] = json.dumps(command, sort_keys=True)
+        ok = _save(plane, record, annotations) is not None and ok
+    return ok
+
+
+def _launch_replacements(
+    plane: ControlPlane, snapshot: Snapshot, command: m.Command, command_id: str
+) -> list[str]:
+    provisioner = Provisioner(plane)
+    names: list[str] = []
+    for claim in command.replacements:
+        record = provisioner.create_record(claim)
+        if record is None:
+            continue
+        annotations = {**record.annotations, REPLACEMENT_FOR_ANNOTATION: command_id}
+        pool = snapshot.nodepools.get(record.nodepool)
+        nodeclass = snapshot.nodeclasses.get(record.nodeclass)
+        if pool is not None:
+            annotations[wk.NODEPOOL_HASH] = pool.template_hash()
+        if nodeclass is not None:
+            annotations[wk.EC2NODECLASS_HASH] = nodeclass.static_hash()
+        record = plane.store.save(record.model_copy(update={"annotations": annotations}))
+        launched = launch_record(plane, record, snapshot.resolved.get(record.nodeclass))  # type: ignore[arg-type]
+        if launched.state == NodeClaimState.LAUNCHED:
+            names.append(record.name)
+    return names
+
+
+def _delete(
+    plane: ControlPlane, command: m.Command | dict[str, Any], records: Sequence[NodeClaimRecord]
+) -> None:
+    method = command.method if isinstance(command, m.Command) else str(command["method"])
+    reason = m.BUDGET_REASON.get(method, "Expired")
+    for record in records:
+        try:
+            begin_deletion(plane, record, reason)
+        except ConflictError:
+            continue
+        emit_dimensioned(MetricName.DISRUPTION_ACTIONS, 1, {"Method": method})
+
+
+def _records_by_name(plane: ControlPlane) -> dict[str, NodeClaimRecord]:
+    return {r.name: r for r in plane.store.list()}
+
+
+def expire(plane: ControlPlane, snapshot: Snapshot, pool: Sequence[Candidate], run: DisruptionRun) -> None:
+    """Expiration is forceful: no budgets, no validation; the terminator still honours PDBs."""
+    for candidate in pool:
+        overdue = expired(candidate.record, candidate.nodepool, snapshot.now)
+        if overdue is None:
+            continue
+        logger.info(
+            Msg.DISRUPTING_NODECLAIMS.format(method=m.EXPIRATION),
+            extra={"decision": "delete", "nodeclaims": [candidate.name], "node": candidate.node_name},
+        )
+        try:
+            begin_deletion(plane, candidate.record, "Expired")
+        except ConflictError:
+            continue
+        emit_dimensioned(MetricName.DISRUPTION_ACTIONS, 1, {"Method": m.EXPIRATION})
+        run.expired.append(candidate.name)
+
+
+def advance_commands(plane: ControlPlane, snapshot: Snapshot, options: Options, run: DisruptionRun) -> bool:
+    """Validate or finish the commands under way; True when one is still validating."""
+    groups: dict[str, tuple[dict[str, Any], list[NodeClaimRecord]]] = {}
+    for record in snapshot.records:
+        command = pending_command(record)
+        if command is None or record.is_deleting or record.state == NodeClaimState.TERMINATED:
+            continue
+        groups.setdefault(str(command.get("id")), (command, []))[1].append(record)
+    validating = False
+    now = snapshot.now
+    for command_id, (command, records) in groups.items():
+        stage = command.get("stage", STAGE_VALIDATING)
+        if stage == STAGE_VALIDATING:
+            decided_at = datetime.fromisoformat(str(command["decided_at"]))
+            if now - decided_at < options.validation_delay:
+                validating = True
+                continue
+            validate(plane, snapshot, options, command_id, command, records, run)
+        elif stage == STAGE_REPLACING:
+            finish_replacement(plane, snapshot, options, command_id, command, records, run)
+    return validating
+
+
+def validate(
+    plane: ControlPlane,
+    snapshot: Snapshot,
+    options: Options,
+    command_id: str,
+    command: dict[str, Any],
+    records: list[NodeClaimRecord],
+    run: DisruptionRun,
+) -> None:
+    """Re-simulate with the command's nodes as the only candidates; act when the decision holds."""
+    names = {r.name for r in records}
+    # Other commands keep their nodes; this one's nodes are candidates again.
+    view = dataclasses.replace(
+        snapshot,
+        records=[
+            r.model_copy(
+                update={"annotations": {k: v for k, v in r.annotations.items() if k != COMMAND_ANNOTATION}}
+            )
+            if r.name in names
+            else r
+            for r in snapshot.records
+        ],
+    )
+    pool, _ = candidates(view)
+    pool = [c for c in pool if c.name in names]
+    evaluation = m.evaluate(view, pool, options, methods=(str(command["method"]),))
+    fresh = evaluation.command
+    expected_names = sorted(command.get("candidates") or [])
+    if (
+        fresh is None
+        or fresh.names() != expected_names
+        or fresh.action != command.get("action")
+        or len(pool) != len(names)
+    ):
+        why = (
+            "; ".join(f"{n}: {t}" for n, notes in evaluation.notes.items() for _, t in notes)
+            or "candidates changed"
+        )
+        logger.info(
+            "abandoning disruption command, validation failed",
+            extra={"method": command["method"], "nodeclaims": expected_names, "reason": why},
+        )
+        emit_dimensioned(MetricName.DISRUPTION_BLOCKED, 1, {"Reason": "ValidationFailed"})
+        _mark(plane, records, None)
+        run.aborted.append(f"{command['method']}: {', '.join(expected_names)}")
+        return
+    if fresh.action == "delete":
+        _log_decision(fresh, "executing")
+        _delete(plane, fresh, [c.record for c in pool])
+        run.executed.append(f"{fresh.method}: delete {', '.join(fresh.names())}")
+        return
+    _log_decision(fresh, "launching replacements")
+    launched = _launch_replacements(plane, view, fresh, command_id)
+    fresh_records = _records_by_name(plane)
+    current = [fresh_records[n] for n in names if n in fresh_records]
+    if len(launched) != len(fresh.replacements):
+        _mark(plane, current, None)
+        run.aborted.append(f"{fresh.method}: replacement launch failed for {', '.join(fresh.names())}")
+        return
+    _mark(
+        plane,
+        current,
+        {
+            **command,
+            "stage": STAGE_REPLACING,
+            "replacements": launched,
+            "replacing_since": to_rfc3339(snapshot.now),
+        },
+    )
+    run.replacements.extend(launched)
+
+
+def finish_replacement(
+    plane: ControlPlane,
+    snapshot: Snapshot,
+    options: Options,
+    command_id: str,
+    command: dict[str, Any],
+    records: list[NodeClaimRecord],
+    run: DisruptionRun,
+) -> None:
+    """Replacements Initialized: delete the old nodes. A replacement gone or late: abandon the command."""
+    by_name = {r.name: r for r in snapshot.records}
+    replacements = [by_name.get(n) for n in command.get("replacements") or []]
+    since = datetime.fromisoformat(str(command.get("replacing_since")).replace("Z", "+00:00"))
+    failed = any(r is None or r.is_deleting or r.state == NodeClaimState.TERMINATED for r in replacements)
+    if failed or snapshot.now - since > options.replacement_timeout:
+        logger.warning(
+            "abandoning disruption command, replacement not initialized",
+            extra={"method": command["method"], "nodeclaims": command.get("candidates")},
+        )
+        emit_dimensioned(MetricName.DISRUPTION_BLOCKED, 1, {"Reason": "ReplacementFailed"})
+        _mark(plane, records, None)
+        run.aborted.append(f"{command['method']}: replacement failed")
+        return
+    if all(r is not None and r.state == NodeClaimState.INITIALIZED for r in replacements):
+        logger.info(
+            Msg.DISRUPTING_NODECLAIMS.format(method=command["method"]),
+            extra={
+                "decision": "replace",
+                "stage": "replacements initialized",
+                "nodeclaims": command.get("candidates"),
+            },
+        )
+        _delete(plane, command, records)
+        run.executed.append(f"{command['method']}: replace {', '.join(sorted(r.name for r in records))}")
+
+
+def decide(
+    plane: ControlPlane, snapshot: Snapshot, options: Options, pool: Sequence[Candidate], run: DisruptionRun
+) -> None:
+    evaluation = m.evaluate(snapshot, pool, options)
+    for kind, count in Counter(b.kind for b in evaluation.blockers.values()).items():
+        emit_dimensioned(MetricName.DISRUPTION_BLOCKED, count, {"Reason": kind})
+    command = evaluation.command
+    if command is None:
+        return
+    command_id = secrets.token_hex(4)
+    marker = {
+        "id": command_id,
+        "method": command.method,
+        "action": command.action,
+        "candidates": command.names(),
+        "decided_at": snapshot.now.isoformat(),
+        "stage": STAGE_VALIDATING,
+        "detail": command.detail,
+    }
+    if _mark(plane, [c.record for c in command.candidates], marker):
+        _log_decision(command, STAGE_VALIDATING)
+        run.decided.append(f"{command.method}: {command.action} {', '.join(command.names())}")
+
+
+def run_disruption_pass(plane: ControlPlane, options: Options | None = None) -> DisruptionRun:
+    """One pass: stamp, expire, advance commands under way, then decide at most one new command."""
+    options = options or options_from(plane)
+    run = DisruptionRun()
+    snapshot = take_snapshot(plane)
+    stamp_records(plane, snapshot)
+    pool, _ = candidates(snapshot)
+    expire(plane, snapshot, pool, run)
+    if run.expired:
+        return run  # the cluster just changed under us; decide on a fresh snapshot next pass
+    if advance_commands(plane, snapshot, options, run):
+        return run  # one command validates at a time, as Karpenter's orchestration does
+    if run.executed or run.aborted or run.replacements:
+        # Commands moved on: decide on what the cluster looks like now.
+        snapshot = take_snapshot(plane)
+        pool, _ = candidates(snapshot)
+    decide(plane, snapshot, options, pool, run)
+    return run
+
+
+def run_disruption(plane: ControlPlane, lease: Lease) -> DisruptionRun:
+    if not lease.acquire(plane.clock.now(), LEASE_SECONDS):
+        logger.info("another disruption pass holds the lease; exiting", extra={"holder": lease.holder})
+        return DisruptionRun(leader=False)
+    try:
+        return run_disruption_pass(plane)
+    finally:
+        lease.release()
+
+
+def disruption_lease(plane: ControlPlane, request_id: str) -> Lease:
+    from serverless_karpenter.adapters import aws
+
+    return Lease(
+        aws.client("dynamodb", plane.settings.aws_region),
+        plane.settings.state_table_name,
+        LEASE_NAME,
+        holder=f"{os.environ.get('AWS_LAMBDA_LOG_STREAM_NAME', 'local')}/{request_id}",
+    )

@@ -1,0 +1,727 @@
+"""The set-up checks behind ``serverless-karpenter doctor``: pure functions over gathered facts.
+
+Each check looks at one class of set-up mistake that Karpenter users meet too late (untagged subnets, a
+queue EventBridge cannot write to, a node role that cannot join, a KMS key the launcher may not use, the
+missing spot service-linked role, DaemonSets that outgrew a NodePool) and says how to fix it. Gathering
+the facts from AWS and the cluster is :mod:`serverless_karpenter.doctor.gather`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from serverless_karpenter import naming
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.interruption.rules import RULE_PATTERNS
+from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.scheduler import instance_type_mismatch, nodepool_requirements
+
+
+class Status(StrEnum):
+    OK = "ok"
+    FAIL = "fail"
+    # The check could not run (an API the endpoint does not implement): never reported as a pass.
+    SKIPPED = "skipped"
+
+
+class CheckId(StrEnum):
+    STACK = "stack"
+    INTERRUPTION_QUEUE = "interruption-queue"
+    INTERRUPTION_RULES = "interruption-rules"
+    NODECLASS_SELECTORS = "nodeclass-selectors"
+    AMI_ALIASES = "ami-aliases"
+    NODE_ROLE = "node-role"
+    KMS_KEYS = "kms-keys"
+    SPOT_SERVICE_LINKED_ROLE = "spot-service-linked-role"
+    LAMBDA_PERMISSIONS = "lambda-permissions"
+    DAEMONSETS_FIT = "daemonsets-fit"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: CheckId
+    status: Status
+    summary: str
+    fix: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "check": str(self.check),
+            "status": str(self.status),
+            "summary": self.summary,
+            "fix": self.fix,
+        }
+
+
+# -- facts ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StackFacts:
+    name: str
+    status: str | None  # None: no such stack
+    outputs: dict[str, str] = field(default_factory=dict)
+    # What each output names, and whether it exists ("table tbl", True).
+    resources: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass
+class KmsKeyFacts:
+    key_id: str
+    exists: bool
+    enabled: bool = False
+    key_manager: str = "CUSTOMER"  # AWS for AWS-managed keys (alias/aws/...)
+    policy: dict[str, Any] | None = None
+
+
+@dataclass
+class QueueFacts:
+    url: str
+    arn: str
+    attributes: dict[str, str]
+    policy: dict[str, Any] | None
+    kms_key: KmsKeyFacts | None = None
+
+
+@dataclass
+class RuleFacts:
+    name: str
+    state: str
+    pattern: dict[str, Any]
+    target_arns: list[str]
+
+
+@dataclass
+class NodeClassFacts:
+    name: str
+    spec: dict[str, Any]
+    subnets: list[tuple[str, str]]  # (subnet id, zone)
+    security_groups: list[str]
+    # arch -> image id, for the AMI terms; an alias that resolves nowhere leaves this empty.
+    images: dict[str, str]
+    image_error: str | None = None
+    instance_profile_roles: list[str] | None = None  # None: spec.instanceProfile names no existing profile
+    role_exists: bool | None = None
+    kms_keys: list[KmsKeyFacts] = field(default_factory=list)
+
+
+@dataclass
+class AccessFacts:
+    # Principal ARN -> access entry type, or None when the endpoint has no access-entry API.
+    entries: dict[str, str] | None
+    authentication_mode: str | None
+    # Role ARN -> groups from the aws-auth ConfigMap, or None when there is none.
+    aws_auth_roles: dict[str, list[str]] | None
+    unavailable_reason: str = ""
+
+
+@dataclass
+class PermissionFacts:
+    function: str
+    role_arn: str
+    denied: list[str] | None  # None: not simulated
+    unavailable_reason: str = ""
+
+
+@dataclass
+class Facts:
+    cluster: str
+    region: str
+    account: str
+    stack: StackFacts
+    queue: QueueFacts | None
+    rules: list[RuleFacts]
+    nodeclasses: list[NodeClassFacts]
+    nodepools: list[dict[str, Any]]
+    daemonsets: list[dict[str, Any]]
+    # Instance types per node class, as the provisioner sees them (name, allocatable, labels).
+    instance_types: dict[str, list[Any]]
+    node_role_arn: str | None
+    access: AccessFacts
+    spot_service_linked_role: bool
+    permissions: list[PermissionFacts]
+    launch_role_arn: str | None  # the provisioner's role: it calls CreateFleet
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("instance_types")
+        return out
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _statements(policy: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    return [s for s in _as_list((policy or {}).get("Statement")) if isinstance(s, Mapping)]
+
+
+def _principals(statement: Mapping[str, Any]) -> list[str]:
+    principal = statement.get("Principal")
+    if principal == "*":
+        return ["*"]
+    if isinstance(principal, Mapping):
+        return [str(p) for values in principal.values() for p in _as_list(values)]
+    return [str(p) for p in _as_list(principal)]
+
+
+def _allows(statement: Mapping[str, Any], action: str) -> bool:
+    if statement.get("Effect") != "Allow":
+        return False
+    return any(fnmatch.fnmatchcase(action.lower(), str(a).lower()) for a in _as_list(statement.get("Action")))
+
+
+def policy_grants(policy: Mapping[str, Any] | None, principal: str, actions: Sequence[str]) -> list[str]:
+    """The ``actions`` that no Allow statement of ``policy`` grants to ``principal`` (an ARN or service)."""
+    granted = {
+        action
+        for statement in _statements(policy)
+        if principal in _principals(statement) or "*" in _principals(statement)
+        for action in actions
+        if _allows(statement, action)
+    }
+    return [a for a in actions if a not in granted]
+
+
+def _ok(check: CheckId, summary: str) -> CheckResult:
+    return CheckResult(check, Status.OK, summary)
+
+
+def _fail(check: CheckId, summary: str, fix: str) -> CheckResult:
+    return CheckResult(check, Status.FAIL, summary, fix)
+
+
+# -- checks --------------------------------------------------------------------------------------------
+
+
+def check_stack(facts: Facts) -> list[CheckResult]:
+    stack = facts.stack
+    deploy = f"cdk deploy -c clusterName={facts.cluster}  (or: make deploy CLUSTER={facts.cluster})"
+    if stack.status is None:
+        return [_fail(CheckId.STACK, f"stack {stack.name} is not deployed in {facts.region}", deploy)]
+    if not stack.status.endswith("_COMPLETE") or "ROLLBACK" in stack.status or "DELETE" in stack.status:
+        return [
+            _fail(
+                CheckId.STACK,
+                f"stack {stack.name} is {stack.status}",
+                f"see its events (aws cloudformation describe-stack-events --stack-name {stack.name}), "
+                f"fix the cause, then {deploy}",
+            )
+        ]
+    missing_outputs = [
+        key
+        for key in (
+            naming.StackOutput.STATE_TABLE_NAME,
+            naming.StackOutput.INTERRUPTION_QUEUE_URL,
+            naming.StackOutput.NODE_ROLE_NAME,
+            *(naming.function_output(n) for n in naming.FUNCTION_NAMES),
+        )
+        if key not in stack.outputs
+    ]
+    if missing_outputs:
+        return [
+            _fail(
+                CheckId.STACK,
+                f"stack {stack.name} lacks outputs {', '.join(missing_outputs)} (an older version?)",
+                f"update the stack: {deploy}",
+            )
+        ]
+    missing = sorted(name for name, exists in stack.resources.items() if not exists)
+    if missing:
+        return [
+            _fail(
+                CheckId.STACK,
+                f"stack {stack.name} is {stack.status} but {', '.join(missing)} no longer exist(s)",
+                f"something deleted them outside CloudFormation; recreate them: {deploy}",
+            )
+        ]
+    return [
+        _ok(
+            CheckId.STACK, f"stack {stack.name} is {stack.status}; its {len(stack.resources)} resources exist"
+        )
+    ]
+
+
+# EventBridge must encrypt with the key to deliver: it needs these on a customer-managed key.
+EVENTBRIDGE_KMS_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
+
+
+def check_interruption_queue(facts: Facts) -> list[CheckResult]:
+    queue = facts.queue
+    if queue is None:
+        return [
+            _fail(
+                CheckId.INTERRUPTION_QUEUE,
+                "the interruption queue was not found",
+                f"deploy the stack (cdk deploy -c clusterName={facts.cluster})",
+            )
+        ]
+    problems: list[str] = []
+    fixes: list[str] = []
+    missing = policy_grants(queue.policy, "events.amazonaws.com", ("sqs:SendMessage",))
+    if missing:
+        problems.append("its policy does not let EventBridge (events.amazonaws.com) send messages")
+        fixes.append(
+            "add a queue-policy statement allowing events.amazonaws.com sqs:SendMessage on "
+            f"{queue.arn}, conditioned on the rules' ARNs (redeploying the stack restores it)"
+        )
+    attributes = queue.attributes
+    key = queue.kms_key
+    sse = attributes.get("SqsManagedSseEnabled", "false").lower() == "true"
+    if key is None and not sse:
+        problems.append("it is not encrypted")
+        fixes.append(
+            f"aws sqs set-queue-attributes --queue-url {queue.url} --attributes SqsManagedSseEnabled=true"
+        )
+    elif key is not None:
+        if not key.exists or not key.enabled:
+            problems.append(f"its KMS key {key.key_id} is missing or disabled")
+            fixes.append("use SSE-SQS (SqsManagedSseEnabled=true) or an enabled customer-managed key")
+        elif key.key_manager == "AWS":
+            problems.append(
+                f"it is encrypted with the AWS-managed key {key.key_id}, which EventBridge cannot use"
+            )
+            fixes.append(
+                "use SSE-SQS (SqsManagedSseEnabled=true), or a customer-managed key whose policy allows "
+                "events.amazonaws.com kms:GenerateDataKey and kms:Decrypt"
+            )
+        else:
+            lacking = policy_grants(key.policy, "events.amazonaws.com", EVENTBRIDGE_KMS_ACTIONS)
+            if lacking:
+                problems.append(
+                    f"its KMS key {key.key_id} does not let EventBridge use it ({', '.join(lacking)})"
+                )
+                fixes.append(
+                    f"add to the key policy of {key.key_id}: Allow events.amazonaws.com "
+                    + ", ".join(EVENTBRIDGE_KMS_ACTIONS)
+                )
+    if problems:
+        return [
+            _fail(
+                CheckId.INTERRUPTION_QUEUE,
+                f"interruption queue {queue.url}: " + "; ".join(problems),
+                "; ".join(fixes),
+            )
+        ]
+    encryption = "SSE-SQS" if key is None else f"KMS key {key.key_id}"
+    return [
+        _ok(
+            CheckId.INTERRUPTION_QUEUE,
+            f"interruption queue accepts EventBridge messages; encrypted ({encryption})",
+        )
+    ]
+
+
+def _rule_matches(pattern: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    return set(_as_list(pattern.get("source"))) >= set(wanted["source"]) and set(
+        _as_list(pattern.get("detail-type"))
+    ) >= set(wanted["detail-type"])
+
+
+def check_interruption_rules(facts: Facts) -> list[CheckResult]:
+    if facts.queue is None:
+        return [
+            _fail(
+                CheckId.INTERRUPTION_RULES,
+                "no interruption queue for the rules to target",
+                f"deploy the stack (cdk deploy -c clusterName={facts.cluster})",
+            )
+        ]
+    arn = facts.queue.arn
+    unrouted: list[str] = []
+    for kind, wanted in RULE_PATTERNS.items():
+        routed = any(
+            rule.state == "ENABLED" and arn in rule.target_arns and _rule_matches(rule.pattern, wanted)
+            for rule in facts.rules
+        )
+        if not routed:
+            unrouted.append(kind)
+    if unrouted:
+        return [
+            _fail(
+                CheckId.INTERRUPTION_RULES,
+                f"no enabled EventBridge rule sends {', '.join(unrouted)} events to the interruption queue",
+                "redeploy the stack to restore its five rules, or re-add the queue as their target: "
+                f"aws events put-targets --rule <rule> --targets Id=InterruptionQueue,Arn={arn}",
+            )
+        ]
+    return [_ok(CheckId.INTERRUPTION_RULES, f"all {len(RULE_PATTERNS)} interruption rules target the queue")]
+
+
+def check_nodeclass_selectors(facts: Facts) -> list[CheckResult]:
+    if not facts.nodeclasses:
+        return [
+            _fail(
+                CheckId.NODECLASS_SELECTORS,
+                "no EC2NodeClass in the cluster",
+                "kubectl apply an EC2NodeClass (karpenter.k8s.aws/v1) and a NodePool that refers to it",
+            )
+        ]
+    out = []
+    for nc in facts.nodeclasses:
+        problems = []
+        if not nc.subnets:
+            problems.append(f"spec.subnetSelectorTerms {nc.spec.get('subnetSelectorTerms')} match no subnet")
+        if not nc.security_groups:
+            problems.append(
+                "spec.securityGroupSelectorTerms "
+                f"{nc.spec.get('securityGroupSelectorTerms')} match no security group"
+            )
+        if problems:
+            out.append(
+                _fail(
+                    CheckId.NODECLASS_SELECTORS,
+                    f'EC2NodeClass "{nc.name}": ' + "; ".join(problems),
+                    f"tag the cluster's private subnets and node security group (e.g. "
+                    "aws ec2 create-tags --resources <ids> "
+                    f"--tags Key=karpenter.sh/discovery,Value={facts.cluster}) "
+                    "or correct the selector terms",
+                )
+            )
+            continue
+        zones = sorted({zone for _, zone in nc.subnets})
+        out.append(
+            _ok(
+                CheckId.NODECLASS_SELECTORS,
+                f'EC2NodeClass "{nc.name}": {len(nc.subnets)} subnet(s) in {len(zones)} zone(s) '
+                f"({', '.join(zones)}), {len(nc.security_groups)} security group(s)",
+            )
+        )
+    return out
+
+
+def check_ami_aliases(facts: Facts) -> list[CheckResult]:
+    out = []
+    for nc in facts.nodeclasses:
+        terms = nc.spec.get("amiSelectorTerms") or []
+        described = ", ".join(str(t.get("alias") or t) for t in terms)
+        if not nc.images:
+            reason = f" ({nc.image_error})" if nc.image_error else ""
+            out.append(
+                _fail(
+                    CheckId.AMI_ALIASES,
+                    f'EC2NodeClass "{nc.name}": amiSelectorTerms {described} resolve to no AMI{reason}',
+                    "use an alias EKS publishes (al2023@latest, bottlerocket@latest, al2@latest) or "
+                    "select images that exist in this region and account",
+                )
+            )
+            continue
+        found = ", ".join(f"{arch} {image}" for arch, image in sorted(nc.images.items()))
+        out.append(_ok(CheckId.AMI_ALIASES, f'EC2NodeClass "{nc.name}": {described} -> {found}'))
+    return out
+
+
+NODE_ACCESS_TYPES = ("EC2_LINUX", "EC2_WINDOWS", "EC2")
+
+
+def _role_arn(account: str, role: str) -> str:
+    return (
+        role if role.startswith("arn:") else f"arn:aws:iam::{account}:role/{role.rsplit('/', maxsplit=1)[-1]}"
+    )
+
+
+def check_node_role(facts: Facts) -> list[CheckResult]:
+    roles: dict[str, str] = {}  # role ARN -> where it comes from
+    if facts.node_role_arn:
+        roles[facts.node_role_arn] = "the stack's node role"
+    out: list[CheckResult] = []
+    for nc in facts.nodeclasses:
+        if nc.spec.get("role"):
+            arn = _role_arn(facts.account, str(nc.spec["role"]))
+            roles.setdefault(arn, f'EC2NodeClass "{nc.name}" spec.role')
+            if nc.role_exists is False:
+                out.append(
+                    _fail(
+                        CheckId.NODE_ROLE,
+                        f'EC2NodeClass "{nc.name}": spec.role {nc.spec["role"]} does not exist',
+                        "create the node role (the stack creates KarpenterNodeRole-<cluster>) "
+                        "or correct spec.role",
+                    )
+                )
+        elif nc.spec.get("instanceProfile"):
+            profile = nc.spec["instanceProfile"]
+            if not nc.instance_profile_roles:
+                out.append(
+                    _fail(
+                        CheckId.NODE_ROLE,
+                        f'EC2NodeClass "{nc.name}": instance profile {profile} '
+                        "does not exist or holds no role",
+                        f"aws iam create-instance-profile --instance-profile-name {profile} && "
+                        "aws iam add-role-to-instance-profile "
+                        f"--instance-profile-name {profile} --role-name <node role>",
+                    )
+                )
+            else:
+                for role in nc.instance_profile_roles:
+                    roles.setdefault(_role_arn(facts.account, role), f"instance profile {profile}")
+    access = facts.access
+    for arn, origin in sorted(roles.items()):
+        entry = (access.entries or {}).get(arn)
+        mapped = (access.aws_auth_roles or {}).get(arn)
+        if entry in NODE_ACCESS_TYPES:
+            out.append(_ok(CheckId.NODE_ROLE, f"{origin} {arn} has an {entry} access entry"))
+        elif mapped is not None and "system:nodes" in mapped:
+            out.append(_ok(CheckId.NODE_ROLE, f"{origin} {arn} is mapped to system:nodes in aws-auth"))
+        else:
+            how = f" (access entries: {access.unavailable_reason})" if access.unavailable_reason else ""
+            out.append(
+                _fail(
+                    CheckId.NODE_ROLE,
+                    f"{origin} {arn} has no access entry: its nodes cannot join the cluster{how}",
+                    f"aws eks create-access-entry --cluster-name {facts.cluster} "
+                    f"--principal-arn {arn} --type EC2_LINUX",
+                )
+            )
+    if not out:
+        out.append(
+            _fail(
+                CheckId.NODE_ROLE,
+                "no node role: neither the stack nor any EC2NodeClass names one",
+                "set spec.role (or spec.instanceProfile) on every EC2NodeClass",
+            )
+        )
+    stack_profile = facts.stack.outputs.get(naming.StackOutput.NODE_INSTANCE_PROFILE_NAME)
+    if stack_profile and facts.stack.resources.get(f"instance profile {stack_profile}") is False:
+        out.append(
+            _fail(
+                CheckId.NODE_ROLE,
+                f"the stack's instance profile {stack_profile} does not exist",
+                f"redeploy the stack (cdk deploy -c clusterName={facts.cluster})",
+            )
+        )
+    return out
+
+
+# What a caller needs on a customer-managed key to launch with encrypted EBS volumes.
+EBS_KMS_ACTIONS = (
+    "kms:CreateGrant",
+    "kms:Decrypt",
+    "kms:GenerateDataKeyWithoutPlaintext",
+    "kms:ReEncryptFrom",
+)
+
+
+def check_kms_keys(facts: Facts) -> list[CheckResult]:
+    out = []
+    launcher = facts.launch_role_arn
+    for nc in facts.nodeclasses:
+        for key in nc.kms_keys:
+            where = f'EC2NodeClass "{nc.name}" blockDeviceMappings kmsKeyId {key.key_id}'
+            if not key.exists or not key.enabled:
+                out.append(
+                    _fail(
+                        CheckId.KMS_KEYS,
+                        f"{where}: the key is missing or disabled, so every node dies at launch",
+                        "point kmsKeyId at an enabled key in this region (aws kms describe-key --key-id ...)",
+                    )
+                )
+                continue
+            if key.key_manager == "AWS":
+                out.append(
+                    _ok(CheckId.KMS_KEYS, f"{where}: AWS-managed key, usable by any caller in the account")
+                )
+                continue
+            if launcher is None:
+                out.append(
+                    _fail(
+                        CheckId.KMS_KEYS, f"{where}: the launching role is unknown", "deploy the stack first"
+                    )
+                )
+                continue
+            lacking = policy_grants(key.policy, launcher, EBS_KMS_ACTIONS)
+            if lacking:
+                out.append(
+                    _fail(
+                        CheckId.KMS_KEYS,
+                        f"{where}: the key policy does not grant the launching role {launcher} "
+                        f"{', '.join(lacking)}: volumes cannot be created and nodes die at once",
+                        f"add a key-policy statement: Allow {{AWS: {launcher}}} "
+                        + ", ".join(EBS_KMS_ACTIONS)
+                        + ", kms:DescribeKey",
+                    )
+                )
+            else:
+                out.append(_ok(CheckId.KMS_KEYS, f"{where}: grants the launching role"))
+    if not out:
+        out.append(_ok(CheckId.KMS_KEYS, "no customer-managed KMS key in any blockDeviceMappings"))
+    return out
+
+
+def allows_spot(nodepool: Mapping[str, Any]) -> bool:
+    """Karpenter launches on-demand unless the NodePool's requirements admit spot."""
+    requirements, _, _ = nodepool_requirements(nodepool)
+    return wk.CAPACITY_TYPE in requirements and requirements.get(wk.CAPACITY_TYPE).has(wk.CAPACITY_TYPE_SPOT)
+
+
+def check_spot_role(facts: Facts) -> list[CheckResult]:
+    spot = [np["metadata"]["name"] for np in facts.nodepools if allows_spot(np)]
+    if not spot:
+        return [_ok(CheckId.SPOT_SERVICE_LINKED_ROLE, "no NodePool allows spot")]
+    if facts.spot_service_linked_role:
+        return [
+            _ok(
+                CheckId.SPOT_SERVICE_LINKED_ROLE,
+                f"{naming.SPOT_SERVICE_LINKED_ROLE} exists (NodePools allowing spot: {', '.join(spot)})",
+            )
+        ]
+    return [
+        _fail(
+            CheckId.SPOT_SERVICE_LINKED_ROLE,
+            f"NodePool(s) {', '.join(spot)} allow spot but {naming.SPOT_SERVICE_LINKED_ROLE} does not exist: "
+            "spot launches fail with ServiceLinkedRoleCreationNotPermitted",
+            f"aws iam create-service-linked-role --aws-service-name {naming.SPOT_SERVICE}",
+        )
+    ]
+
+
+def check_lambda_permissions(facts: Facts) -> list[CheckResult]:
+    if not facts.permissions:
+        return [
+            _fail(
+                CheckId.LAMBDA_PERMISSIONS,
+                "no control-plane function roles found",
+                f"deploy the stack (cdk deploy -c clusterName={facts.cluster})",
+            )
+        ]
+    out = []
+    for p in facts.permissions:
+        if p.denied is None:
+            out.append(
+                CheckResult(
+                    CheckId.LAMBDA_PERMISSIONS,
+                    Status.SKIPPED,
+                    f"{p.function} role {p.role_arn}: not simulated ({p.unavailable_reason})",
+                )
+            )
+        elif p.denied:
+            out.append(
+                _fail(
+                    CheckId.LAMBDA_PERMISSIONS,
+                    f"{p.function} role {p.role_arn} may not {', '.join(p.denied)}",
+                    "redeploy the stack to restore its policies; check SCPs and permission boundaries "
+                    "that deny these actions",
+                )
+            )
+        else:
+            out.append(_ok(CheckId.LAMBDA_PERMISSIONS, f"{p.function} role may do what it needs"))
+    return out
+
+
+@dataclass(frozen=True)
+class Smallest:
+    name: str
+    allocatable: Mapping[str, int]
+
+
+def smallest_instance_type(nodepool: Mapping[str, Any], instance_types: Sequence[Any]) -> Smallest | None:
+    """The smallest (by CPU, then memory) instance type the NodePool's requirements allow."""
+    requirements, _, _ = nodepool_requirements(nodepool)
+    allowed = [
+        it
+        for it in instance_types
+        if instance_type_mismatch(requirements, it) is None
+        and any(requirements.get(wk.CAPACITY_TYPE).has(o.capacity_type) for o in it.offerings)
+    ]
+    if not allowed:
+        return None
+    best = min(
+        allowed,
+        key=lambda it: (
+            it.allocatable.get(resources.CPU, 0),
+            it.allocatable.get(resources.MEMORY, 0),
+            it.name,
+        ),
+    )
+    return Smallest(best.name, best.allocatable)
+
+
+def check_daemonsets_fit(facts: Facts, overhead: Callable[..., resources.ResourceList]) -> list[CheckResult]:
+    """``overhead`` is the provisioner's own daemon-overhead function, so both agree on which DaemonSets
+    land on a NodePool's nodes."""
+    out = []
+    for nodepool in facts.nodepools:
+        name = nodepool["metadata"]["name"]
+        ref = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+            "nodeClassRef"
+        ) or {}
+        types = facts.instance_types.get(str(ref.get("name")))
+        if ref.get("name") not in {nc.name for nc in facts.nodeclasses}:
+            out.append(
+                _fail(
+                    CheckId.DAEMONSETS_FIT,
+                    f'NodePool "{name}": nodeClassRef names no EC2NodeClass ("{ref.get("name")}")',
+                    "create the EC2NodeClass or correct spec.template.spec.nodeClassRef",
+                )
+            )
+            continue
+        if types is None:
+            # The node class's own check fails already; this one cannot be judged without its types.
+            out.append(
+                CheckResult(
+                    CheckId.DAEMONSETS_FIT,
+                    Status.SKIPPED,
+                    f'NodePool "{name}": its EC2NodeClass "{ref.get("name")}" is not usable (see above)',
+                )
+            )
+            continue
+        smallest = smallest_instance_type(nodepool, types)
+        if smallest is None:
+            out.append(
+                _fail(
+                    CheckId.DAEMONSETS_FIT,
+                    f'NodePool "{name}": its requirements allow no instance type',
+                    "relax the NodePool's requirements",
+                )
+            )
+            continue
+        requirements, labels, taints = nodepool_requirements(nodepool)
+        daemons = overhead(facts.daemonsets, requirements, labels, taints)
+        over = resources.exceeded(daemons, smallest.allocatable)
+        if over:
+            out.append(
+                _fail(
+                    CheckId.DAEMONSETS_FIT,
+                    f'NodePool "{name}": DaemonSets request {resources.format_list(daemons)}, more '
+                    f"{', '.join(over)} than the smallest allowed type {smallest.name} has "
+                    f"({resources.format_list({k: smallest.allocatable.get(k, 0) for k in over})})",
+                    "exclude the small types (e.g. a karpenter.k8s.aws/instance-cpu Gt requirement) or "
+                    "reduce the DaemonSets' requests",
+                )
+            )
+        else:
+            out.append(
+                _ok(
+                    CheckId.DAEMONSETS_FIT,
+                    f'NodePool "{name}": DaemonSets ({resources.format_list(daemons) or "none"}) fit '
+                    f"{smallest.name}",
+                )
+            )
+    return out
+
+
+def run_checks(facts: Facts, overhead: Callable[..., resources.ResourceList]) -> list[CheckResult]:
+    return [
+        *check_stack(facts),
+        *check_interruption_queue(facts),
+        *check_interruption_rules(facts),
+        *check_nodeclass_selectors(facts),
+        *check_ami_aliases(facts),
+        *check_node_role(facts),
+        *check_kms_keys(facts),
+        *check_spot_role(facts),
+        *check_lambda_permissions(facts),
+        *check_daemonsets_fit(facts, overhead),
+    ]
+
+
+def failed(results: Sequence[CheckResult]) -> set[CheckId]:
+    return {r.check for r in results if r.status == Status.FAIL}

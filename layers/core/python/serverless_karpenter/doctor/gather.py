@@ -1,0 +1,379 @@
+"""Reads what :mod:`serverless_karpenter.doctor.checks` judges, from AWS and the cluster. Read-only: unlike
+the provisioner's resolver, nothing here creates instance profiles or anything else."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import unquote
+
+import yaml
+from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
+from serverless_karpenter import naming
+from serverless_karpenter.adapters.ec2 import NodeClassResolver, ResolvedNodeClass
+from serverless_karpenter.adapters.kubernetes import KubernetesGateway
+from serverless_karpenter.doctor.checks import (
+    AccessFacts,
+    Facts,
+    KmsKeyFacts,
+    NodeClassFacts,
+    PermissionFacts,
+    QueueFacts,
+    RuleFacts,
+    StackFacts,
+)
+from serverless_karpenter.provisioning.context import InstanceTypeProvider
+
+ClientFactory = Callable[[str], Any]
+
+# What each function must be allowed to do (a sample of its capabilities in the stack's IAM, enough to
+# catch a role that lost its policy, an SCP or a permission boundary).
+REQUIRED_ACTIONS: dict[str, tuple[str, ...]] = {
+    "watcher": ("eks:DescribeCluster", "lambda:InvokeFunction"),
+    "provisioner": (
+        "eks:DescribeCluster",
+        "dynamodb:PutItem",
+        "dynamodb:Query",
+        "ec2:CreateFleet",
+        "ec2:RunInstances",
+        "ec2:CreateLaunchTemplate",
+        "ec2:DescribeSubnets",
+        "ec2:TerminateInstances",
+        "iam:PassRole",
+        "ssm:GetParameter",
+    ),
+    "interruption": ("eks:DescribeCluster", "dynamodb:UpdateItem", "sqs:SendMessage"),
+    "disruption": ("eks:DescribeCluster", "dynamodb:UpdateItem", "ec2:DescribeInstances"),
+    "termination": ("eks:DescribeCluster", "dynamodb:UpdateItem", "ec2:TerminateInstances"),
+}
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def not_implemented(error: Exception) -> str | None:
+    """Why an API is unavailable on this endpoint (moto lacks some), or None for a real error."""
+    if isinstance(error, ClientError):
+        code = _code(error)
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in ("NotImplemented", "InternalFailure", "404", "501") or status in (404, 501):
+            return f"{error.operation_name} is not implemented by this endpoint"
+        return None
+    if isinstance(error, BotoCoreError | ResponseParserError):  # an emulator's HTML 500: unparseable
+        return f"the endpoint could not answer ({type(error).__name__})"
+    return None
+
+
+def _policy(document: Any) -> dict[str, Any] | None:
+    if not document:
+        return None
+    if isinstance(document, str):
+        parsed = json.loads(unquote(document) if document.startswith("%7B") else document)
+        return parsed if isinstance(parsed, dict) else None
+    return dict(document)
+
+
+class Gatherer:
+    def __init__(
+        self,
+        cluster: str,
+        region: str,
+        clients: ClientFactory,
+        kube: KubernetesGateway,
+        resolver: NodeClassResolver,
+        instance_types: InstanceTypeProvider,
+        probe_clients: ClientFactory | None = None,
+    ) -> None:
+        """``probe_clients`` make the calls an emulator may not implement; give them no retries."""
+        self.cluster = cluster
+        self.region = region
+        self._clients = clients
+        self.kube = kube
+        self.resolver = resolver
+        self.instance_type_provider = instance_types
+        self._probe = probe_clients or clients
+        self._cache: dict[str, Any] = {}
+
+    def client(self, service: str) -> Any:
+        if service not in self._cache:
+            self._cache[service] = self._clients(service)
+        return self._cache[service]
+
+    def gather(self) -> Facts:
+        account = str(self.client("sts").get_caller_identity()["Account"])
+        stack = self.stack()
+        outputs = stack.outputs
+        queue = self.queue(outputs.get(naming.StackOutput.INTERRUPTION_QUEUE_URL))
+        nodepools = self.kube.list_nodepools()
+        nodeclass_specs = self.kube.list_ec2nodeclasses()
+        nodeclasses = [self.nodeclass(nc) for nc in nodeclass_specs]
+        roles = self.function_roles(outputs)
+        node_role = outputs.get(naming.StackOutput.NODE_ROLE_NAME)
+        return Facts(
+            cluster=self.cluster,
+            region=self.region,
+            account=account,
+            stack=stack,
+            queue=queue,
+            rules=self.rules() if queue is not None else [],
+            nodeclasses=nodeclasses,
+            nodepools=nodepools,
+            daemonsets=self.kube.list_daemonsets(),
+            instance_types=self.instance_types(nodeclass_specs, nodeclasses),
+            node_role_arn=f"arn:aws:iam::{account}:role/{node_role}" if node_role else None,
+            access=self.access(),
+            spot_service_linked_role=self.role_exists(naming.SPOT_SERVICE_LINKED_ROLE),
+            permissions=self.permissions(roles),
+            launch_role_arn=roles.get("provisioner"),
+        )
+
+    # -- the stack -----------------------------------------------------------------------------------
+
+    def stack(self) -> StackFacts:
+        name = naming.stack_name(self.cluster)
+        try:
+            described = self.client("cloudformation").describe_stacks(StackName=name)["Stacks"][0]
+        except ClientError as error:
+            if _code(error) == "ValidationError":  # CloudFormation's "Stack ... does not exist"
+                return StackFacts(name=name, status=None)
+            raise
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs") or []}
+        facts = StackFacts(name=name, status=str(described["StackStatus"]), outputs=outputs)
+        table = outputs.get(naming.StackOutput.STATE_TABLE_NAME)
+        if table:
+            facts.resources[f"table {table}"] = self._exists(
+                lambda: self.client("dynamodb").describe_table(TableName=table), "ResourceNotFoundException"
+            )
+        for key in (naming.StackOutput.INTERRUPTION_QUEUE_URL, naming.StackOutput.TERMINATION_QUEUE_URL):
+            url = outputs.get(key)
+            if url:
+                facts.resources[f"queue {url.rsplit('/', 1)[-1]}"] = self._queue_exists(url)
+        role = outputs.get(naming.StackOutput.NODE_ROLE_NAME)
+        if role:
+            facts.resources[f"role {role}"] = self.role_exists(role)
+        profile = outputs.get(naming.StackOutput.NODE_INSTANCE_PROFILE_NAME)
+        if profile:
+            facts.resources[f"instance profile {profile}"] = self._exists(
+                lambda: self.client("iam").get_instance_profile(InstanceProfileName=profile), "NoSuchEntity"
+            )
+        for function in naming.FUNCTION_NAMES:
+            physical = outputs.get(naming.function_output(function))
+            if physical:
+                facts.resources[f"function {physical}"] = self._function_exists(physical)
+        return facts
+
+    @staticmethod
+    def _exists(call: Callable[[], Any], missing_code: str) -> bool:
+        try:
+            call()
+        except ClientError as error:
+            if _code(error) == missing_code:
+                return False
+            raise
+        return True
+
+    def _function_exists(self, name: str) -> bool:
+        return self._exists(
+            lambda: self.client("lambda").get_function(FunctionName=name), "ResourceNotFoundException"
+        )
+
+    def _queue_exists(self, url: str) -> bool:
+        try:
+            self.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+        except ClientError as error:
+            if "NonExistentQueue" in _code(error) or _code(error) == "QueueDoesNotExist":
+                return False
+            raise
+        return True
+
+    def role_exists(self, name: str) -> bool:
+        return self._exists(lambda: self.client("iam").get_role(RoleName=name), "NoSuchEntity")
+
+    # -- interruption --------------------------------------------------------------------------------
+
+    def queue(self, url: str | None) -> QueueFacts | None:
+        if not url or not self._queue_exists(url):
+            return None
+        attributes = self.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])[
+            "Attributes"
+        ]
+        key_id = attributes.get("KmsMasterKeyId")
+        return QueueFacts(
+            url=url,
+            arn=attributes["QueueArn"],
+            attributes=dict(attributes),
+            policy=_policy(attributes.get("Policy")),
+            kms_key=self.kms_key(key_id) if key_id else None,
+        )
+
+    def rules(self) -> list[RuleFacts]:
+        events = self.client("events")
+        out = []
+        for page in events.get_paginator("list_rules").paginate():
+            for rule in page["Rules"]:
+                if not rule.get("EventPattern"):
+                    continue
+                targets = events.list_targets_by_rule(Rule=rule["Name"])["Targets"]
+                out.append(
+                    RuleFacts(
+                        name=rule["Name"],
+                        state=str(rule.get("State", "")),
+                        pattern=json.loads(rule["EventPattern"]),
+                        target_arns=[t["Arn"] for t in targets],
+                    )
+                )
+        return out
+
+    # -- node classes --------------------------------------------------------------------------------
+
+    def kms_key(self, key_id: str) -> KmsKeyFacts:
+        kms = self.client("kms")
+        try:
+            metadata = kms.describe_key(KeyId=key_id)["KeyMetadata"]
+        except ClientError as error:
+            if _code(error) in ("NotFoundException", "InvalidArnException"):
+                return KmsKeyFacts(key_id=key_id, exists=False)
+            raise
+        facts = KmsKeyFacts(
+            key_id=key_id,
+            exists=True,
+            enabled=metadata.get("KeyState", "Enabled") == "Enabled" and metadata.get("Enabled", True),
+            key_manager=str(metadata.get("KeyManager", "CUSTOMER")),
+        )
+        if facts.key_manager != "AWS":
+            facts.policy = _policy(
+                kms.get_key_policy(KeyId=metadata["KeyId"], PolicyName="default")["Policy"]
+            )
+        return facts
+
+    def nodeclass(self, manifest: Mapping[str, Any]) -> NodeClassFacts:
+        spec = dict(manifest.get("spec") or {})
+        subnets = self.resolver.subnets(spec.get("subnetSelectorTerms") or [])
+        groups = self.resolver.security_groups(spec.get("securityGroupSelectorTerms") or [])
+        image_error = None
+        try:
+            _, images = self.resolver.amis(spec.get("amiSelectorTerms") or [], spec.get("amiFamily"))
+        except (ClientError, ValueError) as error:
+            images, image_error = {}, str(error)
+        facts = NodeClassFacts(
+            name=manifest["metadata"]["name"],
+            spec=spec,
+            subnets=[(s.id, s.zone) for s in subnets],
+            security_groups=groups,
+            images=images,
+            image_error=image_error,
+        )
+        if spec.get("role"):
+            facts.role_exists = self.role_exists(str(spec["role"]).split("/")[-1])
+        elif spec.get("instanceProfile"):
+            try:
+                profile = self.client("iam").get_instance_profile(InstanceProfileName=spec["instanceProfile"])
+                facts.instance_profile_roles = [
+                    r["RoleName"] for r in profile["InstanceProfile"].get("Roles") or []
+                ]
+            except ClientError as error:
+                if _code(error) != "NoSuchEntity":
+                    raise
+        keys = {
+            str((m.get("ebs") or {}).get("kmsKeyId"))
+            for m in spec.get("blockDeviceMappings") or []
+            if (m.get("ebs") or {}).get("kmsKeyId")
+        }
+        facts.kms_keys = [self.kms_key(k) for k in sorted(keys)]
+        return facts
+
+    def instance_types(
+        self, specs: list[dict[str, Any]], nodeclasses: list[NodeClassFacts]
+    ) -> dict[str, list[Any]]:
+        """Per usable node class, the instance types the provisioner would consider."""
+        by_name = {nc["metadata"]["name"]: nc for nc in specs}
+        out: dict[str, list[Any]] = {}
+        for facts in nodeclasses:
+            if not facts.subnets or not facts.images:
+                continue
+            resolved = ResolvedNodeClass(
+                name=facts.name,
+                subnets=self.resolver.subnets(facts.spec.get("subnetSelectorTerms") or []),
+                security_group_ids=facts.security_groups,
+                amis=facts.images,
+                ami_family=self.resolver.amis(
+                    facts.spec.get("amiSelectorTerms") or [], facts.spec.get("amiFamily")
+                )[0],
+                instance_profile=None,
+            )
+            out[facts.name] = list(self.instance_type_provider.instance_types(resolved, by_name[facts.name]))
+        return out
+
+    # -- access and permissions ----------------------------------------------------------------------
+
+    def access(self) -> AccessFacts:
+        eks = self._probe("eks")
+        cluster = eks.describe_cluster(name=self.cluster)["cluster"]
+        mode = (cluster.get("accessConfig") or {}).get("authenticationMode")
+        entries: dict[str, str] | None = None
+        reason = ""
+        try:
+            entries = {}
+            for page in eks.get_paginator("list_access_entries").paginate(clusterName=self.cluster):
+                for arn in page.get("accessEntries") or []:
+                    entry = eks.describe_access_entry(clusterName=self.cluster, principalArn=arn)[
+                        "accessEntry"
+                    ]
+                    entries[arn] = str(entry.get("type", ""))
+        except (ClientError, BotoCoreError, ResponseParserError) as error:
+            why = not_implemented(error)
+            if why is None:
+                raise
+            entries, reason = None, why
+        aws_auth: dict[str, list[str]] | None = None
+        config_map = self.kube.get_config_map("kube-system", "aws-auth")
+        if config_map is not None:
+            aws_auth = {}
+            for item in yaml.safe_load((config_map.get("data") or {}).get("mapRoles") or "[]") or []:
+                aws_auth[str(item.get("rolearn"))] = [str(g) for g in item.get("groups") or []]
+        return AccessFacts(
+            entries=entries, authentication_mode=mode, aws_auth_roles=aws_auth, unavailable_reason=reason
+        )
+
+    def function_roles(self, outputs: Mapping[str, str]) -> dict[str, str]:
+        roles = {}
+        for function in naming.FUNCTION_NAMES:
+            physical = outputs.get(naming.function_output(function))
+            if not physical:
+                continue
+            try:
+                roles[function] = self.client("lambda").get_function(FunctionName=physical)["Configuration"][
+                    "Role"
+                ]
+            except ClientError as error:
+                if _code(error) != "ResourceNotFoundException":
+                    raise
+        return roles
+
+    def permissions(self, roles: Mapping[str, str]) -> list[PermissionFacts]:
+        # One attempt: an endpoint without the API answers 500, which the usual retries would repeat.
+        iam = self._probe("iam")
+        out: list[PermissionFacts] = []
+        unavailable = ""
+        for function, role_arn in roles.items():
+            actions = list(REQUIRED_ACTIONS.get(function, ()))
+            if unavailable:
+                out.append(PermissionFacts(function, role_arn, None, unavailable))
+                continue
+            try:
+                results = iam.simulate_principal_policy(PolicySourceArn=role_arn, ActionNames=actions)[
+                    "EvaluationResults"
+                ]
+            except (ClientError, BotoCoreError, ResponseParserError) as error:
+                why = not_implemented(error)
+                if why is None:
+                    raise
+                unavailable = why
+                out.append(PermissionFacts(function, role_arn, None, why))
+                continue
+            denied = [r["EvalActionName"] for r in results if r.get("EvalDecision") != "allowed"]
+            out.append(PermissionFacts(function, role_arn, denied))
+        return out

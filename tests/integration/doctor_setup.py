@@ -1,0 +1,206 @@
+"""A simulated account and cluster set up correctly for ``doctor``: every check passes until a test
+breaks one thing."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s
+from serverless_karpenter import naming
+from serverless_karpenter_sim.cloud import DeployedStack, seed_stack
+from serverless_karpenter_sim.scenario import Scenario
+from serverless_karpenter_sim.simulation import Simulation
+
+CLUSTER = "doctor"
+
+
+def nodepool(capacity_types: tuple[str, ...] = ("spot", "on-demand")) -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "general"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "requirements": [
+                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                        {
+                            "key": "karpenter.sh/capacity-type",
+                            "operator": "In",
+                            "values": list(capacity_types),
+                        },
+                        {
+                            "key": "karpenter.k8s.aws/instance-category",
+                            "operator": "In",
+                            "values": ["c", "m"],
+                        },
+                        {"key": "karpenter.k8s.aws/instance-generation", "operator": "Gt", "values": ["4"]},
+                    ],
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "general"},
+                }
+            }
+        },
+    }
+
+
+def nodeclass(kms_key: str, **changes: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "role": f"KarpenterNodeRole-{CLUSTER}",
+        "amiSelectorTerms": [{"alias": "al2023@latest"}],
+        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
+        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
+        "blockDeviceMappings": [
+            {
+                "deviceName": "/dev/xvda",
+                "ebs": {"volumeSize": "50Gi", "volumeType": "gp3", "encrypted": True, "kmsKeyId": kms_key},
+            }
+        ],
+    }
+    spec.update(changes)
+    return {
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": "general"},
+        "spec": spec,
+    }
+
+
+def daemonset(name: str, cpu: str, memory: str = "64Mi") -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": name,
+                            "image": "agent",
+                            "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+@dataclass
+class DoctorSetup:
+    sim: Simulation
+    stack: DeployedStack
+    kms_key: str
+
+    def client(self, service: str) -> Any:
+        return self.sim.cloud.client(service)
+
+    @property
+    def custom(self) -> k8s.CustomObjectsApi:
+        return k8s.CustomObjectsApi(self.sim.api_client)
+
+    def replace_nodeclass(self, manifest: dict[str, Any]) -> None:
+        current = self.custom.get_cluster_custom_object(
+            "karpenter.k8s.aws", "v1", "ec2nodeclasses", "general"
+        )
+        manifest = {
+            **manifest,
+            "metadata": {**manifest["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]},
+        }
+        self.custom.replace_cluster_custom_object(
+            "karpenter.k8s.aws", "v1", "ec2nodeclasses", "general", manifest
+        )
+
+
+def key_policy(account: str, launcher_role: str | None) -> str:
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "Enable IAM User Permissions",
+            "Effect": "Allow",
+            "Principal": {"AWS": f"arn:aws:iam::{account}:root"},
+            "Action": "kms:*",
+            "Resource": "*",
+        }
+    ]
+    if launcher_role:
+        statements.append(
+            {
+                "Sid": "AllowLaunchWithEncryptedVolumes",
+                "Effect": "Allow",
+                "Principal": {"AWS": launcher_role},
+                "Action": [
+                    "kms:CreateGrant",
+                    "kms:Decrypt",
+                    "kms:DescribeKey",
+                    "kms:GenerateDataKeyWithoutPlaintext",
+                    "kms:ReEncrypt*",
+                ],
+                "Resource": "*",
+            }
+        )
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+def aws_auth(node_role_arn: str) -> dict[str, Any]:
+    roles = [
+        {
+            "rolearn": node_role_arn,
+            "username": "system:node:{{EC2PrivateDNSName}}",
+            "groups": ["system:bootstrappers", "system:nodes"],
+        }
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "aws-auth", "namespace": "kube-system"},
+        "data": {"mapRoles": json.dumps(roles)},
+    }
+
+
+def start_correct_setup() -> Iterator[DoctorSetup]:
+    scenario = Scenario(name="doctor", clusterName=CLUSTER, manifests=[], steps=[])
+    sim = Simulation(scenario, log=io.StringIO())
+    try:
+        sim.start()
+        stack = seed_stack(sim.cloud)
+        account = "123456789012"
+        iam = sim.cloud.client("iam")
+        iam.create_role(
+            RoleName=naming.SPOT_SERVICE_LINKED_ROLE,
+            Path=f"/aws-service-role/{naming.SPOT_SERVICE}/",
+            AssumeRolePolicyDocument=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": naming.SPOT_SERVICE},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+        )
+        kms = sim.cloud.client("kms")
+        key = kms.create_key(Description="node volumes")["KeyMetadata"]["KeyId"]
+        kms.put_key_policy(
+            KeyId=key, PolicyName="default", Policy=key_policy(account, stack.function_roles["provisioner"])
+        )
+        assert sim.resources is not None
+        sim.apply(
+            [
+                aws_auth(f"arn:aws:iam::{account}:role/{sim.resources.node_role_name}"),
+                nodepool(),
+                nodeclass(key),
+                daemonset("node-agent", "200m", "256Mi"),
+            ]
+        )
+        yield DoctorSetup(sim, stack, key)
+    finally:
+        sim.stop()

