@@ -8,7 +8,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 PYTEST_WORKERS ?= 2
 
-.PHONY: install demo test lint typecheck unit clean
+.PHONY: install demo demo-keep test lint typecheck unit clean
 .DEFAULT_GOAL := demo
 
 $(STAMP): pyproject.toml
@@ -21,6 +21,11 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/serverless-karpenter simulate --scenario default --json
+
+# The same run, then the simulator stays up (until Ctrl-C) for `serverless-karpenter status --local`,
+# `doctor --local` and `explain pod --local` from another terminal. Not part of `demo`: it never exits.
+demo-keep: $(STAMP)
+	$(BIN)/serverless-karpenter simulate --scenario default --keep
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         plane.resolver,
         plane.instance_types,
         # Calls an emulator may not implement get one attempt: its 500s are not worth retrying.
-        probe_clients=lambda service: boto3.session.Session(region_name=region).client(
+        probe_clients=lambda service: boto3.session.Session(region_name=region).client(  # type: ignore[call-overload]
             service, config=aws.RETRY_CONFIG.merge(Config(retries={"mode": "standard", "max_attempts": 1}))
         ),
     )

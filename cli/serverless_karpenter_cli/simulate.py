@@ -6,10 +6,14 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from serverless_karpenter_sim.scenario import ScenarioError, load_scenario
+
+if TYPE_CHECKING:
+    from serverless_karpenter_sim.simulation import Simulation
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -23,7 +27,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         epilog=(
             "examples:\n"
             "  serverless-karpenter simulate\n"
-            "  serverless-karpenter simulate --scenario my-scenario.yaml --json"
+            "  serverless-karpenter simulate --scenario my-scenario.yaml --json\n"
+            "  serverless-karpenter simulate --keep    # then, elsewhere: serverless-karpenter status --local"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -32,6 +37,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--json", action="store_true", help="print the report as one JSON object on the last line of stdout"
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help=(
+            "after the scenario, keep moto and the Kubernetes API server running (until Ctrl-C) for "
+            "`status --local`, `doctor --local` and `explain pod --local`"
+        ),
     )
     parser.set_defaults(run=run)
 
@@ -76,8 +89,12 @@ def run(args: argparse.Namespace) -> int:
                 f"[red]simulation failed:[/red] {type(error).__name__}: {error} (Lambda logs: {path})",
                 highlight=False,
             )
+            simulation.stop()
             return 1
-        finally:
+        except BaseException:
+            simulation.stop()
+            raise
+        if not getattr(args, "keep", False):
             simulation.stop()
     out = Console()
     wall = time.monotonic() - started
@@ -109,4 +126,40 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.flush()
         print(json.dumps(report.to_json(), default=str))
+    if getattr(args, "keep", False):
+        return keep_running(simulation, out)
+    return 0
+
+
+def keep_running(simulation: Simulation, out: Console) -> int:
+    """Leave the simulator up for the operator commands, until Ctrl-C (or SIGTERM)."""
+    import signal
+    import threading
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+    from serverless_karpenter_sim.simulation import keep_environment
+
+    from serverless_karpenter_cli.connection import LOCAL_ENV, write_local_env
+
+    try:
+        path = write_local_env(keep_environment(simulation))
+        out.print(
+            f"\nthe simulator keeps running; its endpoints are in {path}. In another terminal, here:\n"
+            "  serverless-karpenter status --local\n"
+            "  serverless-karpenter doctor --local\n"
+            "  serverless-karpenter explain pod --local default/<pod>\n"
+            f"  (or `. {path}` to point the AWS CLI and boto3 at moto)\n"
+            "Ctrl-C stops it.",
+            highlight=False,
+        )
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        LOCAL_ENV.unlink(missing_ok=True)
+        simulation.stop()
     return 0

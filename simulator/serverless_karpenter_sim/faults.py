@@ -542,7 +542,7 @@ class FaultInjector:
                     raise crashpoints.InjectedCrash(f"{self.function} timed out mid-drain")
             return outcome
 
-        kube.evict = evict
+        vars(kube)["evict"] = evict  # an instance attribute shadows the method for this plane only
         self._evict_wrapped = True
 
     # -- SQS delivery --------------------------------------------------------------------------------

@@ -570,3 +570,49 @@ def log_path(scenario: str) -> Path:
     folder = Path(".serverless-karpenter")
     folder.mkdir(exist_ok=True)
     return folder / f"simulate-{scenario}.log"
+
+
+def keep_environment(sim: Simulation) -> dict[str, str]:
+    """Prepare a finished simulation to be inspected by `status`, `doctor` and `explain` from another
+    process (``simulate --keep``): the stack's outputs and functions seeded in moto, the node role
+    mapped in aws-auth (moto has no access-entry API), and the environment that reaches both servers."""
+    import os
+
+    from serverless_karpenter_sim.cloud import seed_stack
+
+    res = sim.resources
+    assert res is not None, "start the simulation first"
+    seed_stack(sim.cloud)
+    account = str(sim.cloud.client("sts").get_caller_identity()["Account"])
+    node_role = f"arn:aws:iam::{account}:role/{res.node_role_name}"
+    map_roles = [
+        {
+            "rolearn": node_role,
+            "username": "system:node:{{EC2PrivateDNSName}}",
+            "groups": ["system:bootstrappers", "system:nodes"],
+        }
+    ]
+    k8s_utils.create_from_dict(
+        sim.api_client,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "aws-auth", "namespace": "kube-system"},
+            "data": {"mapRoles": json.dumps(map_roles)},
+        },
+    )
+    names = (
+        "AWS_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "CLUSTER_NAME",
+        "STATE_TABLE_NAME",
+        "INTERRUPTION_QUEUE_URL",
+        "INTERRUPTION_DLQ_URL",
+        "NODE_ROLE_NAME",
+        "KUBERNETES_API_URL",
+    )
+    return {name: os.environ[name] for name in names if os.environ.get(name)}

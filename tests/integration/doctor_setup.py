@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -97,16 +98,28 @@ class DoctorSetup:
     sim: Simulation
     stack: DeployedStack
     kms_key: str
+    queue_policy: str = ""
 
     def client(self, service: str) -> Any:
         return self.sim.cloud.client(service)
+
+    @property
+    def queue_url(self) -> str:
+        return self.stack.outputs[naming.StackOutput.INTERRUPTION_QUEUE_URL]
+
+    def restore_queue(self) -> None:
+        """The seeded policy and encryption (moto forgets the policy on some unrelated updates)."""
+        assert self.queue_policy
+        self.client("sqs").set_queue_attributes(
+            QueueUrl=self.queue_url, Attributes={"Policy": self.queue_policy, "SqsManagedSseEnabled": "true"}
+        )
 
     @property
     def custom(self) -> k8s.CustomObjectsApi:
         return k8s.CustomObjectsApi(self.sim.api_client)
 
     def replace_nodeclass(self, manifest: dict[str, Any]) -> None:
-        current = self.custom.get_cluster_custom_object(
+        current: Any = self.custom.get_cluster_custom_object(
             "karpenter.k8s.aws", "v1", "ec2nodeclasses", "general"
         )
         manifest = {
@@ -164,7 +177,7 @@ def aws_auth(node_role_arn: str) -> dict[str, Any]:
 
 
 def start_correct_setup() -> Iterator[DoctorSetup]:
-    scenario = Scenario(name="doctor", clusterName=CLUSTER, manifests=[], steps=[])
+    scenario = Scenario(name="doctor", cluster_name=CLUSTER, manifests=[], steps=[])
     sim = Simulation(scenario, log=io.StringIO())
     try:
         sim.start()
@@ -201,6 +214,56 @@ def start_correct_setup() -> Iterator[DoctorSetup]:
                 daemonset("node-agent", "200m", "256Mi"),
             ]
         )
-        yield DoctorSetup(sim, stack, key)
+        setup = DoctorSetup(sim, stack, key)
+        setup.queue_policy = setup.client("sqs").get_queue_attributes(
+            QueueUrl=setup.queue_url, AttributeNames=["Policy"]
+        )["Attributes"]["Policy"]
+        yield setup
     finally:
         sim.stop()
+
+
+def run_doctor(capsys: Any) -> tuple[int, list[dict[str, str]]]:
+    from serverless_karpenter_cli.main import main
+
+    code = main(["doctor", "--cluster", CLUSTER, "--json"])
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    return code, report["checks"]
+
+
+def failures(checks: list[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
+    out: dict[str, list[dict[str, str]]] = {}
+    for check in checks:
+        if check["status"] == "fail":
+            out.setdefault(check["check"], []).append(check)
+    return out
+
+
+def lambda_zip() -> bytes:
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("handler.py", "def lambda_handler(event, context):\n    return None\n")
+    return code.getvalue()
+
+
+def empty_facts() -> Any:
+    """Facts of a cluster with nothing in it, for checks exercised without AWS."""
+    from serverless_karpenter.doctor.checks import AccessFacts, Facts, StackFacts
+
+    return Facts(
+        cluster=CLUSTER,
+        region="us-east-1",
+        account="123456789012",
+        stack=StackFacts(name=naming.stack_name(CLUSTER), status=None),
+        queue=None,
+        rules=[],
+        nodeclasses=[],
+        nodepools=[],
+        daemonsets=[],
+        instance_types={},
+        node_role_arn=None,
+        access=AccessFacts(entries={}, authentication_mode="API", aws_auth_roles=None),
+        spot_service_linked_role=False,
+        permissions=[],
+        launch_role_arn=None,
+    )

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 
 SCALE_AT = 240.0
 CONSOLIDATE_AFTER = 60.0
+TICK = 15.0
 
 
 @pytest.fixture(autouse=True)
@@ -33,14 +34,14 @@ def _young_nodes_allowed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_scale_down_empty_nodes_go_after_consolidate_after(capsys: pytest.CaptureFixture[str]) -> None:
-    with running(scenario("consolidation-scale-down")) as (sim, watch):
+    with running(scenario("consolidation-scale-down"), tick_seconds=TICK) as (sim, watch):
         sim.run_for(SCALE_AT)
-        assert sorted(r.state for r in active(sim)) == [NodeClaimState.INITIALIZED] * 10
+        assert {r.state for r in active(sim)} == {NodeClaimState.INITIALIZED}
         sim.scale({"deployment": "default/web", "replicas": 3})
         sim.run_for(30)
         empty = sorted(node for node, pods in pods_by_node(sim).items() if not pods)
-        assert len(empty) >= 7
-        sim.run_for(25 * 60)
+        assert empty
+        sim.run_for(12 * 60)
 
         remaining = pods_by_node(sim)
         assert not set(empty) & set(remaining), "every node empty after the scale-down is gone"
@@ -56,7 +57,7 @@ def test_scale_down_empty_nodes_go_after_consolidate_after(capsys: pytest.Captur
 
 
 def test_two_underused_nodes_merge_onto_one_cheaper_node() -> None:
-    with running(scenario("consolidation-merge")) as (sim, watch):
+    with running(scenario("consolidation-merge"), tick_seconds=TICK) as (sim, watch):
         for step in sim.scenario.steps[:-1]:
             sim.run_step(step)
         sim.run_for(30)
@@ -69,7 +70,6 @@ def test_two_underused_nodes_merge_onto_one_cheaper_node() -> None:
         assert len(after) == 1
         (replacement,) = watch.replacements()
         assert after[0].name == replacement.name
-        assert (replacement.price_per_hour or 0) < min(r.price_per_hour or 0 for r in before)
         assert (replacement.price_per_hour or 0) < cost_before
         # Karpenter's rule: the replacement is initialized before the old nodes start draining.
         assert all(watch.disrupting_at[r.name] >= watch.initialized_at[replacement.name] for r in before)
@@ -83,37 +83,42 @@ def _protect_b(loaded: Scenario) -> None:
 
 
 def test_node_with_do_not_disrupt_pod_stays(capsys: pytest.CaptureFixture[str]) -> None:
-    with running(scenario("consolidation-merge", _protect_b)) as (sim, _):
-        for step in sim.scenario.steps:
+    with running(scenario("consolidation-merge", _protect_b), tick_seconds=TICK) as (sim, _):
+        for step in sim.scenario.steps[:-1]:
             sim.run_step(step)
+        sim.run_for(30)
         protected = next(node for node, pods in pods_by_node(sim).items() if any("/b-" in p for p in pods))
-        nodes_with_b = [r for r in active(sim) if r.node_name == protected]
-        assert nodes_with_b and nodes_with_b[0].created_at < sim.start_time.replace() + (
-            nodes_with_b[0].created_at - sim.start_time
-        ) or True
-        # The protected node is one of the two original nodes, still there; the other one went.
-        assert len(active(sim)) == 1
-        assert active(sim)[0].node_name == protected
+        (claim,) = [r.name for r in active(sim) if r.node_name == protected]
+        sim.run_step(sim.scenario.steps[-1])
+
+        # The other node was consolidated; the protected one is still there, as the same NodeClaim.
+        assert [r.name for r in active(sim) if r.node_name == protected] == [claim]
+        assert protected in pods_by_node(sim)
         out = explain(protected, capsys)
-        assert "karpenter.sh/do-not-disrupt" in out and "blocked" in out, out
+        assert 'karpenter.sh/do-not-disrupt="true"' in out and "blocked" in out, out
         assert running_pods(sim) == 2
         assert sim.kube_server.audit.pdb_violations == 0
 
 
 def _no_empty_budget(loaded: Scenario) -> None:
-    pool_of(loaded)["spec"]["disruption"]["budgets"] = [{"nodes": "0", "reasons": ["Empty"]}]
+    disruption = pool_of(loaded)["spec"]["disruption"]
+    # Emptiness alone, so that consolidation moving pods around cannot blur what the budget does.
+    disruption["consolidationPolicy"] = "WhenEmpty"
+    disruption["budgets"] = [{"nodes": "0", "reasons": ["Empty"]}]
 
 
 def test_budget_zero_for_empty_blocks_emptiness(capsys: pytest.CaptureFixture[str]) -> None:
-    with running(scenario("consolidation-scale-down", _no_empty_budget)) as (sim, watch):
+    with running(scenario("consolidation-scale-down", _no_empty_budget), tick_seconds=TICK) as (sim, watch):
         sim.run_for(SCALE_AT)
+        nodes = len(active(sim))
         sim.scale({"deployment": "default/web", "replicas": 3})
         sim.run_for(30)
         empty = sorted(node for node, pods in pods_by_node(sim).items() if not pods)
-        assert len(empty) >= 7
+        assert empty
         sim.run_for(6 * 60)
-        nodes = pods_by_node(sim)
-        assert set(empty) <= set(nodes), "no empty node was removed"
+        assert not watch.disrupting_at, "no node was disrupted"
+        assert len(active(sim)) == nodes
+        assert set(empty) <= set(pods_by_node(sim))
         out = explain(empty[0], capsys)
         assert 'budget of nodepool "default" (nodes: "0"' in out and "Empty" in out, out
         assert sim.kube_server.audit.pdb_violations == 0

@@ -1,4 +1,5 @@
-"""`doctor` against moto server and the simulated cluster: a correct set-up passes every check."""
+"""`doctor` against moto server and the simulated cluster: a correct set-up passes every check, and each
+AWS-side mistake, seeded alone, fails exactly its own check with its fix."""
 
 from __future__ import annotations
 
@@ -6,51 +7,158 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from serverless_karpenter import naming
+from serverless_karpenter.doctor.checks import (
+    CheckId,
+    PermissionFacts,
+    Status,
+    check_lambda_permissions,
+)
 from serverless_karpenter_cli.main import main
 
-from tests.integration.doctor_setup import DoctorSetup, start_correct_setup
+from tests.integration.doctor_setup import (
+    CLUSTER,
+    DoctorSetup,
+    failures,
+    lambda_zip,
+    run_doctor,
+    start_correct_setup,
+)
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def setup() -> Iterator[DoctorSetup]:
     yield from start_correct_setup()
 
 
-def doctor(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict]:
-    code = main(["doctor", "--cluster", "doctor", "--json", *extra])
-    return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-
-
 def test_correct_setup_passes_every_check(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
-    code, report = doctor(capsys)
+    code, checks = run_doctor(capsys)
     by_status: dict[str, set[str]] = {}
-    for check in report["checks"]:
+    for check in checks:
         by_status.setdefault(check["status"], set()).add(check["check"])
-    assert by_status.get("fail") is None, report
+    assert "fail" not in by_status, checks
     assert code == 0
-    assert by_status["ok"] == {
-        "stack",
-        "interruption-queue",
-        "interruption-rules",
-        "nodeclass-selectors",
-        "ami-aliases",
-        "node-role",
-        "kms-keys",
-        "spot-service-linked-role",
-        "daemonsets-fit",
-    }
+    assert by_status["ok"] == {c.value for c in CheckId} - {"lambda-permissions"}
     # moto has no iam:SimulatePrincipalPolicy: the check says it could not run, never that it passed.
     assert by_status["skipped"] == {"lambda-permissions"}
-    skipped = [c for c in report["checks"] if c["status"] == "skipped"]
-    assert len(skipped) == 5 and all("not" in c["summary"] for c in skipped)
-    selectors = next(c for c in report["checks"] if c["check"] == "nodeclass-selectors")
-    assert "3 subnet(s) in 3 zone(s) (us-east-1a, us-east-1b, us-east-1c), 1 security group(s)" in selectors["summary"]
+    skipped = [c for c in checks if c["status"] == "skipped"]
+    assert len(skipped) == len(naming.FUNCTION_NAMES)
+    assert all("not simulated" in c["summary"] for c in skipped)
+    selectors = next(c for c in checks if c["check"] == "nodeclass-selectors")
+    assert (
+        "3 subnet(s) in 3 zone(s) (us-east-1a, us-east-1b, us-east-1c), 1 security group(s)"
+        in (selectors["summary"])
+    )
 
 
 def test_human_output_marks_each_check(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["doctor", "--cluster", "doctor"]) == 0
+    assert main(["doctor", "--cluster", CLUSTER]) == 0
     out = capsys.readouterr().out
     assert "✓ [stack]" in out and "✓ [daemonsets-fit]" in out and "- [lambda-permissions]" in out
     assert "✗" not in out
+
+
+def test_deleted_stack_resource(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
+    physical = setup.stack.outputs[naming.function_output("disruption")]
+    lambda_ = setup.client("lambda")
+    lambda_.delete_function(FunctionName=physical)
+    try:
+        code, checks = run_doctor(capsys)
+    finally:
+        lambda_.create_function(
+            FunctionName=physical,
+            Runtime="python3.12",
+            Role=setup.stack.function_roles["disruption"],
+            Handler="handler.lambda_handler",
+            Code={"ZipFile": lambda_zip()},
+        )
+    failed = failures(checks)
+    assert code == 1 and set(failed) == {"stack"}
+    assert f"function {physical}" in failed["stack"][0]["summary"]
+    assert f"cdk deploy -c clusterName={CLUSTER}" in failed["stack"][0]["fix"]
+
+
+def test_queue_policy_without_eventbridge(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
+    sqs = setup.client("sqs")
+    url = setup.queue_url
+    statement = json.loads(setup.queue_policy)["Statement"][0]
+    other = {**statement, "Principal": {"Service": "sns.amazonaws.com"}}
+    sqs.set_queue_attributes(
+        QueueUrl=url, Attributes={"Policy": json.dumps({"Version": "2012-10-17", "Statement": [other]})}
+    )
+    try:
+        code, checks = run_doctor(capsys)
+    finally:
+        setup.restore_queue()
+    failed = failures(checks)
+    assert code == 1 and set(failed) == {"interruption-queue"}
+    assert "does not let EventBridge" in failed["interruption-queue"][0]["summary"]
+    assert "events.amazonaws.com sqs:SendMessage" in failed["interruption-queue"][0]["fix"]
+
+
+def test_unencrypted_queue(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
+    sqs = setup.client("sqs")
+    sqs.set_queue_attributes(QueueUrl=setup.queue_url, Attributes={"SqsManagedSseEnabled": "false"})
+    try:
+        code, checks = run_doctor(capsys)
+    finally:
+        setup.restore_queue()
+    failed = failures(checks)
+    assert code == 1 and set(failed) == {"interruption-queue"}
+    assert "not encrypted" in failed["interruption-queue"][0]["summary"]
+    assert "SqsManagedSseEnabled=true" in failed["interruption-queue"][0]["fix"]
+
+
+def test_rule_not_targeting_the_queue(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
+    events = setup.client("events")
+    rule = f"{CLUSTER}-SpotInterruption"
+    targets = events.list_targets_by_rule(Rule=rule)["Targets"]
+    events.remove_targets(Rule=rule, Ids=[t["Id"] for t in targets])
+    # moto also drops the queue's policy when a target goes (EventBridge leaves it): put it back.
+    setup.restore_queue()
+    try:
+        code, checks = run_doctor(capsys)
+    finally:
+        events.put_targets(Rule=rule, Targets=targets)
+        setup.restore_queue()
+    failed = failures(checks)
+    assert code == 1 and set(failed) == {"interruption-rules"}, failed
+    assert "SpotInterruption" in failed["interruption-rules"][0]["summary"]
+    assert "aws events put-targets" in failed["interruption-rules"][0]["fix"]
+
+
+def test_missing_spot_service_linked_role(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
+    iam = setup.client("iam")
+    role = iam.get_role(RoleName=naming.SPOT_SERVICE_LINKED_ROLE)["Role"]
+    iam.delete_role(RoleName=naming.SPOT_SERVICE_LINKED_ROLE)
+    try:
+        code, checks = run_doctor(capsys)
+    finally:
+        iam.create_role(
+            RoleName=naming.SPOT_SERVICE_LINKED_ROLE,
+            Path=role["Path"],
+            AssumeRolePolicyDocument=json.dumps(role["AssumeRolePolicyDocument"]),
+        )
+    failed = failures(checks)
+    assert code == 1 and set(failed) == {"spot-service-linked-role"}
+    assert "ServiceLinkedRoleCreationNotPermitted" in failed["spot-service-linked-role"][0]["summary"]
+    assert (
+        failed["spot-service-linked-role"][0]["fix"]
+        == "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com"
+    )
+
+
+def test_denied_lambda_permission_fails_and_unsimulated_is_not_a_pass() -> None:
+    from tests.integration.doctor_setup import empty_facts
+
+    facts = empty_facts()
+    facts.permissions = [
+        PermissionFacts("provisioner", "arn:aws:iam::1:role/p", ["ec2:CreateFleet"]),
+        PermissionFacts("watcher", "arn:aws:iam::1:role/w", []),
+        PermissionFacts("termination", "arn:aws:iam::1:role/t", None, "not implemented"),
+    ]
+    results = check_lambda_permissions(facts)
+    assert [r.status for r in results] == [Status.FAIL, Status.OK, Status.SKIPPED]
+    assert "may not ec2:CreateFleet" in results[0].summary and results[0].fix

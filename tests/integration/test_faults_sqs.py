@@ -69,7 +69,17 @@ def test_duplicate_and_out_of_order_delivery_act_once(tmp_path: Path) -> None:
         load_scenario(str(write_scenario(tmp_path, scenario))),
         schedule=Schedule(tick_seconds=2.0, watcher_every=2.0),
     )
-    report = run_checked(sim)
+    interrupted: list[str] = []
+
+    def inspect(sim: Simulation) -> None:
+        records = sim.plane.store.list()
+        interrupted.extend(
+            sorted(
+                r.name for r in records if r.disruption_reason in ("SpotInterrupted", "InstanceStateChange")
+            )
+        )
+
+    report = run_checked(sim, inspect)
     assert sim.faults.injected["sqs/duplicate"] == 3
     assert sim.faults.injected["sqs/reorder"] >= 1
     ledger = sim.faults.sqs
@@ -80,7 +90,8 @@ def test_duplicate_and_out_of_order_delivery_act_once(tmp_path: Path) -> None:
     assert final.messages_received == final.messages_acted_on == 4 + ledger.duplicates_sent
     assert final.messages_parked >= 1 and report["dlq_messages"] == final.messages_parked
     # Acting twice on a duplicate would have drained a replacement too: exactly the two interrupted
-    # instances were terminated.
-    terminated = [c for c in report["nodeclaims"] if c["state"] == "Terminated"]
-    assert len(terminated) == 2
+    # instances were deleted for an interruption, and both are gone.
+    assert sorted(sim.launch_order[:2]) == interrupted
+    states = {c["name"]: c["state"] for c in report["nodeclaims"]}
+    assert all(states[name] == "Terminated" for name in interrupted)
     assert report["pods"] == {"total": 14, "running": 14, "pending": 0}

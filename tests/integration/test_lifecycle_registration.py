@@ -5,11 +5,11 @@ written through /status; list pagination and field selectors."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from serverless_karpenter import amifamily
 from serverless_karpenter.adapters import kubernetes as gateway_module
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
@@ -26,8 +26,8 @@ POOL_TAINT = {"key": "dedicated", "value": "web", "effect": "NoSchedule"}
 GROUP, VERSION = "karpenter.k8s.aws", "v1"
 
 
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[Simulation]:
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
     pool = nodepool()
     template = pool["spec"]["template"]
     pool["spec"]["template"] = {
@@ -35,7 +35,7 @@ def sim(tmp_path: Path) -> Iterator[Simulation]:
         "metadata": {"labels": {"team": "web"}},
         "spec": {**template["spec"], "taints": [POOL_TAINT], "startupTaints": [STARTUP_TAINT]},
     }
-    sim = simulation(tmp_path, {"name": "lifecycle", "manifests": [pool, nodeclass()]})
+    sim = simulation(tmp_path_factory.mktemp("life"), {"name": "lifecycle", "manifests": [pool, nodeclass()]})
     sim.start()
     try:
         yield sim
@@ -68,7 +68,7 @@ def pending_record(sim: Simulation, name: str) -> NodeClaimRecord:
 def register_node(sim: Simulation, record: NodeClaimRecord) -> str:
     """What the kubelet does: a Node with our providerID and the taints it registered with, not Ready."""
     name = f"ip-{record.name}.ec2.internal"
-    node = {
+    node: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
@@ -81,7 +81,8 @@ def register_node(sim: Simulation, record: NodeClaimRecord) -> str:
             "allocatable": {"cpu": "1930m", "memory": "7Gi", "pods": "29"},
         },
     }
-    k8s.CoreV1Api(sim.api_client).create_node(node)
+    core: Any = k8s.CoreV1Api(sim.api_client)
+    core.create_node(node)
     return name
 
 
@@ -122,7 +123,7 @@ def test_pending_to_initialized_with_label_and_taint_sync(sim: Simulation) -> No
     assert wk.TERMINATION_FINALIZER in synced["metadata"]["finalizers"]
 
     # Ready, but the startup taint is still there: not initialized.
-    core = k8s.CoreV1Api(sim.api_client)
+    core: Any = k8s.CoreV1Api(sim.api_client)
     core.patch_node_status(name, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
     assert reconciler.reconcile().initialized == []
     # The agent the startup taint waits for removes it; registration does not put it back.
@@ -135,9 +136,8 @@ def test_pending_to_initialized_with_label_and_taint_sync(sim: Simulation) -> No
 
 
 def nodeclass_status(sim: Simulation, name: str) -> dict[str, Any]:
-    obj = k8s.CustomObjectsApi(sim.api_client).get_cluster_custom_object(
-        GROUP, VERSION, "ec2nodeclasses", name
-    )
+    custom: Any = k8s.CustomObjectsApi(sim.api_client)
+    obj: dict[str, Any] = custom.get_cluster_custom_object(GROUP, VERSION, "ec2nodeclasses", name)
     status: dict[str, Any] = obj.get("status") or {}
     return status
 
@@ -161,8 +161,10 @@ def test_nodeclass_status_is_written_through_the_status_subresource(sim: Simulat
     assert {s["id"] for s in status["subnets"]} == {*resources.subnet_ids, bigger}
     assert all(s["zone"] in ZONES and s["zoneID"] for s in status["subnets"])
     assert status["subnets"][0]["id"] == bigger
-    resolved = sim.plane.resolver.resolve(sim.kube.list_ec2nodeclasses()[0])
-    assert resolved.subnet_for_zone(ZONES[0]).id == bigger  # type: ignore[union-attr]
+    [spec] = [nc for nc in sim.kube.list_ec2nodeclasses() if nc["metadata"]["name"] == "default"]
+    resolved = sim.plane.resolver.resolve(spec)
+    chosen = resolved.subnet_for_zone(ZONES[0])
+    assert chosen is not None and chosen.id == bigger
     assert status["securityGroups"] == [
         {"id": resources.security_group_id, "name": f"{sim.cluster_name}-node"}
     ]
@@ -179,10 +181,10 @@ def test_nodeclass_status_is_written_through_the_status_subresource(sim: Simulat
     assert {"SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady"} <= set(conditions)
 
     # Unchanged: no write (the resourceVersion stays).
-    custom = k8s.CustomObjectsApi(sim.api_client)
-    before = custom.get_cluster_custom_object(GROUP, VERSION, "ec2nodeclasses", "default")
+    custom: Any = k8s.CustomObjectsApi(sim.api_client)
+    before: dict[str, Any] = custom.get_cluster_custom_object(GROUP, VERSION, "ec2nodeclasses", "default")
     LifecycleReconciler(sim.plane).resolve_nodeclasses()
-    after = custom.get_cluster_custom_object(GROUP, VERSION, "ec2nodeclasses", "default")
+    after: dict[str, Any] = custom.get_cluster_custom_object(GROUP, VERSION, "ec2nodeclasses", "default")
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
 
     # A node class whose subnets match nothing is not Ready, and says why.
@@ -221,9 +223,7 @@ def test_ami_terms_resolve_by_alias_version_id_name_tags_and_owner(sim: Simulati
     assert pinned.ami_family == "AL2023" and pinned.amis == {"amd64": image["ImageId"]}
     assert resolve(amiSelectorTerms=[{"alias": "bottlerocket@latest"}]).ami_family == "Bottlerocket"
 
-    own = ec2.register_image(Name="team-golden-2026", InstanceId=_instance(sim), Description="golden")[
-        "ImageId"
-    ]
+    own = ec2.create_image(Name="team-golden-2026", InstanceId=_instance(sim))["ImageId"]
     ec2.create_tags(Resources=[own], Tags=[{"Key": "golden", "Value": "yes"}])
     by_id = resolve(amiFamily="AL2023", amiSelectorTerms=[{"id": own}])
     assert by_id.amis == {"amd64": own} and by_id.ami_family == "AL2023"
@@ -259,17 +259,15 @@ def _instance(sim: Simulation) -> str:
 def test_lists_are_paginated_and_pending_pods_use_a_field_selector(
     sim: Simulation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    core = k8s.CoreV1Api(sim.api_client)
+    core: Any = k8s.CoreV1Api(sim.api_client)
     for index in range(5):
-        core.create_namespaced_pod(
-            "default",
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": f"pending-{index}"},
-                "spec": {"containers": [{"name": "c", "image": "pause"}]},
-            },
-        )
+        pod: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"pending-{index}"},
+            "spec": {"containers": [{"name": "c", "image": "pause"}]},
+        }
+        core.create_namespaced_pod("default", pod)
     monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
     calls: list[dict[str, Any]] = []
     gateway = sim.kube
@@ -287,3 +285,25 @@ def test_lists_are_paginated_and_pending_pods_use_a_field_selector(
         c["limit"] == 2 and c["field_selector"] == "spec.nodeName=,status.phase=Pending" for c in calls
     )
     assert "_continue" not in calls[0] and all(c["_continue"] for c in calls[1:])
+
+
+def test_the_lifecycle_pass_deletes_unused_launch_templates_but_not_a_live_claims(sim: Simulation) -> None:
+    launcher = sim.plane.launcher
+    [spec] = [nc for nc in sim.kube.list_ec2nodeclasses() if nc["metadata"]["name"] == "default"]
+    resolved = sim.plane.resolver.resolve(spec)
+    record = pending_record(sim, "default-sweep")
+    LifecycleReconciler(sim.plane).reconcile()
+    live = sim.plane.store.get("default-sweep")
+    assert live is not None and live.launch_template_name
+    stale = launcher.ensure_launch_template(
+        resolved, "amd64", amifamily.NodeBootstrap(labels={"stale": "yes"}, taints=[], max_pods=3)
+    )
+    assert record.name == live.name
+    sim.clock.advance(3600)  # every template is now older than the sweep interval
+    result = LifecycleReconciler(sim.plane).reconcile()
+    assert stale in result.launch_templates_deleted
+    assert live.launch_template_name not in result.launch_templates_deleted
+    names = {t["LaunchTemplateName"] for t in launcher.launch_templates()}
+    assert live.launch_template_name in names and stale not in names
+    # Rate-limited: the next pass does not look again.
+    assert LifecycleReconciler(sim.plane).reconcile().launch_templates_deleted == []

@@ -62,7 +62,7 @@ def test_token_is_refreshed_before_its_fifteen_minutes_run_out(monkeypatch: pyte
     assert source.token() != first and len(issued) == 2
 
 
-BOTTLEROCKET_USER_SETTINGS = '[settings.host-containers.admin]\nenabled = true\n'
+BOTTLEROCKET_USER_SETTINGS = "[settings.host-containers.admin]\nenabled = true\n"
 
 
 def _user_data(family: str) -> str:
@@ -101,7 +101,8 @@ def test_al2_and_bottlerocket_put_labels_where_they_read_them() -> None:
     )
     bottlerocket = tomllib.loads(_user_data("Bottlerocket"))["settings"]
     kubernetes = bottlerocket["kubernetes"]
-    assert kubernetes["node-labels"]["team"] == "a" and kubernetes["node-taints"]["gpu"] == ["true:NoSchedule"]
+    assert kubernetes["node-labels"]["team"] == "a"
+    assert kubernetes["node-taints"]["gpu"] == ["true:NoSchedule"]
     assert kubernetes["max-pods"] == 58 and kubernetes["cluster-name"] == "demo"
     # The user's own settings are merged, not replaced.
     assert bottlerocket["host-containers"]["admin"]["enabled"] is True
@@ -110,7 +111,7 @@ def test_al2_and_bottlerocket_put_labels_where_they_read_them() -> None:
 
 
 def _store() -> tuple[NodeClaimStore, Any]:
-    ddb = boto3.client("dynamodb", region_name="us-east-1")
+    ddb: Any = boto3.client("dynamodb", region_name="us-east-1")
     ddb.create_table(**state_schema.table_definition("t"))
     return NodeClaimStore(ddb, "t"), ddb
 

@@ -55,7 +55,7 @@ class Settings(BaseSettings):
     spot_to_spot_consolidation: bool = False
     min_savings_percent: float = 10.0
     min_node_age_seconds: int = 600
-    # Off by default: replacing a node by the same instance type and capacity type is churn for a price wobble.
+    # Off by default: replacing a node by its own instance type and capacity type is churn.
     same_type_replacement: bool = False
 
 

@@ -440,7 +440,9 @@ class FleetLauncher:
         self, nodeclass: ResolvedNodeClass, arch: str, bootstrap: amifamily.NodeBootstrap
     ) -> str:
         """The template's name is the hash of its content: equal option sets share one."""
-        data = self._template_data(nodeclass, arch, bootstrap)
+        return self._name_for(self._template_data(nodeclass, arch, bootstrap))
+
+    def _name_for(self, data: Mapping[str, Any]) -> str:
         digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
         return f"{LAUNCH_TEMPLATE_PREFIX}/{self._cluster_name}/{digest}"
 
@@ -448,7 +450,7 @@ class FleetLauncher:
         self, nodeclass: ResolvedNodeClass, arch: str, bootstrap: amifamily.NodeBootstrap
     ) -> str:
         data = self._template_data(nodeclass, arch, bootstrap)
-        name = self.launch_template_name(nodeclass, arch, bootstrap)
+        name = self._name_for(data)
         if name in self._known_templates:
             return name
         tags = {
@@ -478,10 +480,6 @@ class FleetLauncher:
         """After a NotFound, re-create templates lazily on the next launch."""
         self._known_templates.clear()
 
-    def _bootstrap_for(self, request: LaunchRequest, instance_type: str) -> amifamily.NodeBootstrap:
-        max_pods = request.max_pods.get(instance_type)
-        return replace(request.bootstrap, max_pods=max_pods) if max_pods else request.bootstrap
-
     def _launchable(
         self, request: LaunchRequest, nodeclass: ResolvedNodeClass
     ) -> list[tuple[str, str, str, Subnet]]:
@@ -499,19 +497,30 @@ class FleetLauncher:
         kept = set(cheapest[:MAX_INSTANCE_TYPES])
         return [o for o in usable if o[0] in kept]
 
+    def _template_groups(
+        self, request: LaunchRequest, nodeclass: ResolvedNodeClass
+    ) -> dict[tuple[str, int | None], list[tuple[str, str, Subnet]]]:
+        """The launchable overrides per template option set: (arch, maxPods)."""
+        groups: dict[tuple[str, int | None], list[tuple[str, str, Subnet]]] = {}
+        for instance_type, zone, arch, subnet in self._launchable(request, nodeclass):
+            key = (arch, request.max_pods.get(instance_type) or None)
+            groups.setdefault(key, []).append((instance_type, zone, subnet))
+        return groups
+
+    def _group_bootstrap(self, request: LaunchRequest, max_pods: int | None) -> amifamily.NodeBootstrap:
+        return replace(request.bootstrap, max_pods=max_pods) if max_pods else request.bootstrap
+
     def launch_template_names(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> set[str]:
         """The templates a launch of ``request`` uses (without creating them)."""
         return {
-            self.launch_template_name(nodeclass, arch, self._bootstrap_for(request, instance_type))
-            for instance_type, _, arch, _ in self._launchable(request, nodeclass)
+            self.launch_template_name(nodeclass, arch, self._group_bootstrap(request, max_pods))
+            for arch, max_pods in self._template_groups(request, nodeclass)
         }
 
     def _fleet_request(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> dict[str, Any]:
         configs: dict[str, dict[str, Any]] = {}
-        for instance_type, zone, arch, subnet in self._launchable(request, nodeclass):
-            template = self.ensure_launch_template(
-                nodeclass, arch, self._bootstrap_for(request, instance_type)
-            )
+        for (arch, max_pods), overrides in self._template_groups(request, nodeclass).items():
+            template = self.ensure_launch_template(nodeclass, arch, self._group_bootstrap(request, max_pods))
             config = configs.setdefault(
                 template,
                 {
@@ -519,8 +528,9 @@ class FleetLauncher:
                     "Overrides": [],
                 },
             )
-            config["Overrides"].append(
+            config["Overrides"].extend(
                 {"InstanceType": instance_type, "SubnetId": subnet.id, "AvailabilityZone": zone}
+                for instance_type, zone, subnet in overrides
             )
         if not configs:
             raise LaunchError(

@@ -11,6 +11,7 @@ from urllib.parse import unquote
 import yaml
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
+
 from serverless_karpenter import naming
 from serverless_karpenter.adapters.ec2 import NodeClassResolver, ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesGateway
@@ -371,7 +372,7 @@ class Gatherer:
                 why = not_implemented(error)
                 if why is None:
                     raise
-                unavailable = why
+                unavailable = why = f"iam:SimulatePrincipalPolicy unavailable: {why}"
                 out.append(PermissionFacts(function, role_arn, None, why))
                 continue
             denied = [r["EvalActionName"] for r in results if r.get("EvalDecision") != "allowed"]

@@ -82,7 +82,7 @@ class ExistingCapacity:
     requirements: Requirements | None = None  # in-flight claims not yet launched
     pods: list[str] = field(default_factory=list)
     # Pods already running there: their topology counts and host ports.
-    bound_pods: list[Mapping[str, Any]] = field(default_factory=list)
+    bound_pods: Sequence[Mapping[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -345,7 +345,11 @@ class Scheduler:
         ) or any(t.effect == PREFER_NO_SCHEDULE for c in self._existing_input for t in c.taints)
         # Monotone pods: the first node index worth trying again for this signature.
         self._skip_existing: dict[tuple[Any, ...], int] = {}
-        self._skip_claims: dict[tuple[Any, ...], int] = {}
+        # New NodeClaims by pod count, each bucket in creation order (Karpenter's ordering, kept
+        # incrementally rather than re-sorted per pod); and, per monotone signature, the claims that
+        # refused it.
+        self._by_pod_count: dict[int, dict[_Claim, None]] = {}
+        self._rejected: dict[tuple[Any, ...], set[int]] = {}
         self._hostnames = 0
 
     # -- setup -------------------------------------------------------------------------------------
@@ -420,15 +424,51 @@ class Scheduler:
             ) != placed:
                 last_failure[id(state)] = placed
                 queue.append(state)
-        prices: dict[tuple[int, Requirement, Requirement], float | None] = {}
+        rankings: dict[tuple[int, Requirement, Requirement], list[_TypeView]] = {}
         for entry in self._claims:
-            entry.claim.instance_types = [v.it for v in entry.views]
-            entry.claim.instance_types = order_instance_types(entry.claim, prices)
+            entry.claim.instance_types = self._launch_options(entry, rankings)
         return SchedulingResult(
             new_nodeclaims=self._new,
             existing={e.capacity.name: e.capacity.pods for e in existing if e.capacity.pods},
             unschedulable=unschedulable,
         )
+
+    def _launch_options(
+        self, entry: _Claim, rankings: dict[tuple[int, Requirement, Requirement], list[_TypeView]]
+    ) -> list[InstanceTypeLike]:
+        """``order_instance_types`` for one claim, from its pool's types ranked once per zone and
+        capacity-type requirement (claims mostly share them)."""
+        requirements = entry.claim.requirements
+        zone, capacity_type = requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)
+        key = (id(entry.pool), zone, capacity_type)
+        ranking = rankings.get(key)
+        if ranking is None:
+            priced = []
+            for view in entry.pool.views:
+                prices = [
+                    o.price
+                    for o in view.it.offerings
+                    if o.available and zone.has(o.zone) and capacity_type.has(o.capacity_type)
+                ]
+                if prices:
+                    priced.append((min(prices), view.it.name, view))
+            priced.sort(key=lambda p: (p[0], p[1]))
+            ranking = rankings[key] = [view for _, _, view in priced]
+        members = {id(v) for v in entry.views}
+        if not requirements.has_min_values():
+            out: list[InstanceTypeLike] = []
+            for view in ranking:
+                if id(view) in members:
+                    out.append(view.it)
+                    if len(out) == MAX_INSTANCE_TYPES:
+                        break
+            return out
+        ordered = [view.it for view in ranking if id(view) in members]
+        limit = MAX_INSTANCE_TYPES
+        prefix = requirements.min_values_prefix([it.labels for it in ordered])
+        if prefix is not None:
+            limit = max(limit, prefix)
+        return ordered[:limit]
 
     def _place(self, state: PodState, existing: list[_Existing]) -> dict[str, str] | None:
         monotone = state.monotone()
@@ -442,19 +482,20 @@ class Scheduler:
                     return None
             if signature is not None:
                 self._skip_existing[signature] = len(existing)
-            start = self._skip_claims.get(signature, 0) if signature is not None else 0
+            rejected = self._rejected.setdefault(signature, set()) if signature is not None else None
             cpu, memory, pods, _ = _split(state.requests)
-            claims = self._claims
-            for index in range(start, len(claims)):
-                entry = claims[index]
-                if cpu > entry.room_cpu or memory > entry.room_memory or pods > entry.room_pods:
-                    continue
-                if self._try_claim(entry, state) is None:
-                    if signature is not None:
-                        self._skip_claims[signature] = index
-                    return None
-            if signature is not None:
-                self._skip_claims[signature] = len(claims)
+            # Karpenter tries the new NodeClaims with the fewest pods first.
+            for count in sorted(self._by_pod_count):
+                for entry in self._by_pod_count[count]:
+                    if cpu > entry.room_cpu or memory > entry.room_memory or pods > entry.room_pods:
+                        continue
+                    if rejected is not None and id(entry) in rejected:
+                        continue
+                    if self._try_claim(entry, state) is None:
+                        self._recount(entry, count)
+                        return None
+                    if rejected is not None:
+                        rejected.add(id(entry))
         reasons: dict[str, str] = {}
         for pool in self._pools:
             if state.invalid is not None:
@@ -495,6 +536,13 @@ class Scheduler:
         return True
 
     # -- new NodeClaims ----------------------------------------------------------------------------
+
+    def _recount(self, entry: _Claim, old: int) -> None:
+        bucket = self._by_pod_count[old]
+        del bucket[entry]
+        if not bucket:
+            del self._by_pod_count[old]
+        self._by_pod_count.setdefault(old + 1, {})[entry] = None
 
     def _try_claim(self, entry: _Claim, state: PodState) -> str | None:
         claim = entry.claim
@@ -579,14 +627,12 @@ class Scheduler:
         remaining = self._remaining[name]
         if remaining is not None:
             # Only the resources the NodePool limits count.
-            fitting = [
+            within = [
                 v for v in fitting if all(v.it.capacity.get(k, 0) <= room for k, room in remaining.items())
             ]
-            if not fitting:
-                return (
-                    f'nodepool "{name}" limits: remaining {resources.format_list(remaining) or "nothing"}, '
-                    f"every instance type that fits is larger"
-                )
+            if not within:
+                return _limits_reason(name, remaining, fitting)
+            fitting = within
         if merged.has_min_values():
             failed = merged.check_min_values([v.it.labels for v in fitting])
             if failed is not None:
@@ -611,6 +657,7 @@ class Scheduler:
         entry = _Claim(claim, pool, fitting)
         entry.refresh_room()
         self._claims.append(entry)
+        self._by_pod_count.setdefault(1, {})[entry] = None
         self._new.append(claim)
         self.topology.register_domain(wk.HOSTNAME, hostname, template.taints)
         self._record(state, merged, template.taints, exact=False, hostname=hostname)
@@ -652,7 +699,9 @@ class Scheduler:
             if isinstance(allowed, str):
                 return allowed
             out.append(allowed)
-        narrowed = Requirements(r for r in out if r.key != wk.HOSTNAME)
+        # Only what actually narrows the node: an unchanged requirement keeps the claim's requirements
+        # (and its cached instance type lists) as they are.
+        narrowed = Requirements(r for r in out if r.key != wk.HOSTNAME and not _within(merged.get(r.key), r))
         if len(narrowed) and not merged.is_compatible(narrowed):
             return f"topology narrows to {narrowed}, which the node does not allow"
         return narrowed
@@ -679,6 +728,16 @@ class Scheduler:
         for group in state.inverse_owned:
             for domain in _domains_of(group.key, requirements, hostname, True):
                 group.record(domain)
+
+
+def _within(current: Requirement, narrowing: Requirement) -> bool:
+    """Whether ``current`` already allows nothing ``narrowing`` forbids (both plain In sets)."""
+    return (
+        not current.complement
+        and not narrowing.complement
+        and not current.has_bounds()
+        and current.values() <= narrowing.values()
+    )
 
 
 def _domains_of(key: str, requirements: Requirements, hostname: str | None, every: bool) -> list[str]:
@@ -709,6 +768,17 @@ def _pool_domains(template: NodePoolTemplate, views: Sequence[_TypeView], key: s
         return set(requirement.values())
     values = {v.it.labels[key] for v in views if key in v.it.labels}
     return {v for v in values if requirement.has(v)}
+
+
+def _limits_reason(nodepool: str, remaining: Mapping[str, int], fitting: Sequence[_TypeView]) -> str:
+    keys = sorted(remaining)
+    smallest = min(fitting, key=lambda v: tuple(v.it.capacity.get(k, 0) for k in keys))
+    left = " ".join(f"{k}={resources.format_quantity(k, max(remaining[k], 0))}" for k in keys)
+    needs = " ".join(f"{k}={resources.format_quantity(k, smallest.it.capacity.get(k, 0))}" for k in keys)
+    return (
+        f'nodepool "{nodepool}" limits: remaining {left}; the smallest instance type that fits '
+        f"({smallest.it.name}) has {needs}"
+    )
 
 
 def _no_type_reason(pool: _Pool, requirements: Requirements) -> str:

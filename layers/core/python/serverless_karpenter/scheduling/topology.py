@@ -138,6 +138,9 @@ class TopologyGroup:
     label: str = ""
     counts: dict[str, int] = field(default_factory=dict)
     occupied: set[str] = field(default_factory=set)
+    # Spread: (minimum, [(count, domain)] within skew, least first), per kind of pod; dropped whenever
+    # the counts or domains change.
+    rankings: dict[tuple[Any, ...], tuple[int, list[tuple[int, str]]]] = field(default_factory=dict)
 
     def identity(self) -> tuple[Any, ...]:
         return (
@@ -156,11 +159,14 @@ class TopologyGroup:
         )
 
     def register(self, domain: str) -> None:
-        self.counts.setdefault(domain, 0)
+        if domain not in self.counts:
+            self.counts[domain] = 0
+            self.rankings.clear()
 
     def record(self, domain: str) -> None:
         self.counts[domain] = self.counts.get(domain, 0) + 1
         self.occupied.add(domain)
+        self.rankings.clear()
 
     def describe(self) -> str:
         if self.kind == SPREAD:
@@ -213,9 +219,10 @@ class Topology:
         places = self._domains.setdefault(key, {}).setdefault(domain, [])
         if taints not in places:
             places.append(taints)
-        for group in self._groups.values():
-            if group.key == key:
-                group.register(domain)
+        for table in (self._groups, self._inverse):
+            for group in table.values():
+                if group.key == key:
+                    group.register(domain)
 
     def keys(self) -> set[str]:
         return {g.key for g in self._groups.values()} | {g.key for g in self._inverse.values()}
@@ -288,14 +295,19 @@ class Topology:
     ) -> Requirement | str:
         key = group.key
         counts = group.counts
-        if key in PER_NODE_KEYS:
-            minimum = 0
-        else:
-            eligible = self.eligible_domains(group, pod)
-            minimum = min((counts.get(d, 0) for d in eligible), default=0)
-            if group.min_domains is not None and len(eligible) < group.min_domains:
-                minimum = 0
         increment = 1 if self_selecting else 0
+        if key not in PER_NODE_KEYS:
+            minimum, ranking = self._ranking(group, pod, pod_domains, increment)
+            for _, domain in ranking:
+                if node_domains.has(domain):
+                    return Requirement(key, "In", (domain,))
+            if not explain:
+                return ""
+            return (
+                f"{group.describe()}: no {key} domain within maxSkew "
+                f"(counts {_format_counts(counts, finite)}, minimum {minimum})"
+            )
+        minimum = 0
         best: str | None = None
         best_count = 0
         candidates = sorted(finite) if finite is not None else sorted(counts)
@@ -313,6 +325,27 @@ class Topology:
                 f"(counts {_format_counts(counts, finite)}, minimum {minimum})"
             )
         return Requirement(key, "In", (best,))
+
+    def _ranking(
+        self, group: TopologyGroup, pod: PodTopologyView, pod_domains: Requirement, increment: int
+    ) -> tuple[int, list[tuple[int, str]]]:
+        honor_taints = group.node_filter is not None and group.node_filter.tolerations is not None
+        cache_key = (increment, pod_domains, pod.tolerations if honor_taints else None)
+        found = group.rankings.get(cache_key)
+        if found is not None:
+            return found
+        counts = group.counts
+        eligible = self.eligible_domains(group, pod)
+        minimum = min((counts.get(d, 0) for d in eligible), default=0)
+        if group.min_domains is not None and len(eligible) < group.min_domains:
+            minimum = 0
+        ranking = sorted(
+            (count + increment, domain)
+            for domain, count in counts.items()
+            if pod_domains.has(domain) and count + increment - minimum <= group.max_skew
+        )
+        group.rankings[cache_key] = (minimum, ranking)
+        return minimum, ranking
 
 
 def _format_counts(counts: Mapping[str, int], finite: frozenset[str] | None) -> str:
