@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from serverless_karpenter.lifecycle.model import NodeClaimState
+from serverless_karpenter.disruption.candidates import REPLACEMENT_FOR_ANNOTATION, pending_command
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter_sim.scenario import Scenario
 
 from tests.integration.disruption_helpers import (
@@ -71,10 +72,22 @@ def test_two_underused_nodes_merge_onto_one_cheaper_node() -> None:
         (replacement,) = watch.replacements()
         assert after[0].name == replacement.name
         assert (replacement.price_per_hour or 0) < cost_before
-        # Karpenter's rule: the replacement is initialized before the old nodes start draining.
-        assert all(watch.disrupting_at[r.name] >= watch.initialized_at[replacement.name] for r in before)
+        # Karpenter's rule: the replacement is initialized before the nodes it replaces start draining.
+        replaced = [r for r in watch.records.values() if replaced_by(r) == replacement_of(replacement)]
+        assert replaced
+        assert all(watch.disrupting_at[r.name] >= watch.initialized_at[replacement.name] for r in replaced)
+        assert set(watch.disrupting_at) == {r.name for r in before}
         assert running_pods(sim) == 2
         assert sim.kube_server.audit.pdb_violations == 0
+
+
+def replacement_of(record: NodeClaimRecord) -> str:
+    return record.annotations[REPLACEMENT_FOR_ANNOTATION]
+
+
+def replaced_by(record: NodeClaimRecord) -> str | None:
+    command = pending_command(record)
+    return str(command["id"]) if command and command.get("stage") == "replacing" else None
 
 
 def _protect_b(loaded: Scenario) -> None:

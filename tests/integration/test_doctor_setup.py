@@ -10,8 +10,11 @@ import pytest
 from serverless_karpenter import naming
 from serverless_karpenter.doctor.checks import (
     CheckId,
+    KmsKeyFacts,
     PermissionFacts,
+    QueueFacts,
     Status,
+    check_interruption_queue,
     check_lambda_permissions,
 )
 from serverless_karpenter_cli.main import main
@@ -162,3 +165,34 @@ def test_denied_lambda_permission_fails_and_unsimulated_is_not_a_pass() -> None:
     results = check_lambda_permissions(facts)
     assert [r.status for r in results] == [Status.FAIL, Status.OK, Status.SKIPPED]
     assert "may not ec2:CreateFleet" in results[0].summary and results[0].fix
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        (
+            KmsKeyFacts("alias/aws/sqs", exists=True, enabled=True, key_manager="AWS"),
+            "EventBridge cannot use",
+        ),
+        (
+            KmsKeyFacts("k-1", exists=True, enabled=True, policy={"Statement": []}),
+            "does not let EventBridge use it (kms:GenerateDataKey, kms:Decrypt)",
+        ),
+        (KmsKeyFacts("k-2", exists=False), "missing or disabled"),
+    ],
+)
+def test_queue_key_eventbridge_cannot_use(key: KmsKeyFacts, expected: str) -> None:
+    from tests.integration.doctor_setup import empty_facts
+
+    facts = empty_facts()
+    events_policy = {
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"}, "Action": "sqs:SendMessage"}
+        ]
+    }
+    facts.queue = QueueFacts("https://q", "arn:aws:sqs:us-east-1:1:q", {}, events_policy, key)
+    [result] = check_interruption_queue(facts)
+    assert result.status == Status.FAIL and expected in result.summary and result.fix
+    granted = {"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"}, "Action": "kms:*"}
+    facts.queue.kms_key = KmsKeyFacts("k-3", exists=True, enabled=True, policy={"Statement": [granted]})
+    assert check_interruption_queue(facts)[0].status == Status.OK

@@ -61,7 +61,8 @@ def configuration(
     return cfg
 
 
-def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One API call returning parsed JSON; failures become :class:`KubernetesError`."""
     try:
         response = fn(*args, _preload_content=False, _request_timeout=(5, 30), **kwargs)
     except ApiException as error:
@@ -89,9 +90,9 @@ class KubernetesGateway:
         token: str | None = None
         while True:
             page = (
-                _call(fn, limit=PAGE_SIZE, _continue=token, **kwargs)
+                call(fn, limit=PAGE_SIZE, _continue=token, **kwargs)
                 if token
-                else _call(fn, limit=PAGE_SIZE, **kwargs)
+                else call(fn, limit=PAGE_SIZE, **kwargs)
             )
             yield from page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
@@ -118,7 +119,7 @@ class KubernetesGateway:
 
     def get_node(self, name: str) -> JSON | None:
         try:
-            return _call(self.core.read_node, name)
+            return call(self.core.read_node, name)
         except KubernetesError as error:
             if error.status == 404:
                 return None
@@ -156,14 +157,6 @@ class KubernetesGateway:
     def list_ec2nodeclasses(self) -> list[JSON]:
         return self._list_cluster_custom(KARPENTER_AWS_GROUP, "v1", "ec2nodeclasses")
 
-    def get_config_map(self, namespace: str, name: str) -> JSON | None:
-        try:
-            return _call(self.core.read_namespaced_config_map, name, namespace)
-        except KubernetesError as error:
-            if error.status == 404:
-                return None
-            raise
-
     def list_nodeoverlays(self) -> list[JSON]:
         try:
             return self._list_cluster_custom(KARPENTER_GROUP, "v1alpha1", "nodeoverlays")
@@ -175,14 +168,14 @@ class KubernetesGateway:
     # -- nodes ---------------------------------------------------------------------------------------
 
     def patch_node(self, name: str, patch: JSON) -> JSON:
-        return _call(self.core.patch_node, name, patch)
+        return call(self.core.patch_node, name, patch)
 
     def json_patch_node(self, name: str, operations: list[JSON]) -> JSON:
-        return _call(self.core.patch_node, name, operations)
+        return call(self.core.patch_node, name, operations)
 
     def delete_node(self, name: str) -> None:
         try:
-            _call(self.core.delete_node, name)
+            call(self.core.delete_node, name)
         except KubernetesError as error:
             if error.status != 404:
                 raise
@@ -213,7 +206,7 @@ class KubernetesGateway:
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
         }
         try:
-            _call(self.core.create_namespaced_pod_eviction, meta["name"], meta["namespace"], body)
+            call(self.core.create_namespaced_pod_eviction, meta["name"], meta["namespace"], body)
         except KubernetesError as error:
             if error.status == 429:
                 return EvictionResult.BLOCKED
@@ -228,7 +221,7 @@ class KubernetesGateway:
         if grace_period_seconds is not None:
             kwargs["grace_period_seconds"] = grace_period_seconds
         try:
-            _call(self.core.delete_namespaced_pod, meta["name"], meta["namespace"], **kwargs)
+            call(self.core.delete_namespaced_pod, meta["name"], meta["namespace"], **kwargs)
         except KubernetesError as error:
             if error.status != 404:
                 raise
@@ -261,4 +254,4 @@ class KubernetesGateway:
         }
         # An event is worth a try, never a failed reconcile.
         with contextlib.suppress(KubernetesError):
-            _call(self.core.create_namespaced_event, namespace, body)
+            call(self.core.create_namespaced_event, namespace, body)

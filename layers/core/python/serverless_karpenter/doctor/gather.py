@@ -15,6 +15,7 @@ from botocore.parsers import ResponseParserError
 from serverless_karpenter import naming
 from serverless_karpenter.adapters.ec2 import NodeClassResolver, ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesGateway
+from serverless_karpenter.adapters.operator_reads import read_config_map
 from serverless_karpenter.doctor.checks import (
     AccessFacts,
     Facts,
@@ -330,7 +331,7 @@ class Gatherer:
                 raise
             entries, reason = None, why
         aws_auth: dict[str, list[str]] | None = None
-        config_map = self.kube.get_config_map("kube-system", "aws-auth")
+        config_map = read_config_map(self.kube, "kube-system", "aws-auth")
         if config_map is not None:
             aws_auth = {}
             for item in yaml.safe_load((config_map.get("data") or {}).get("mapRoles") or "[]") or []:

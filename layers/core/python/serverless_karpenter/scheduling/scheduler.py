@@ -1,9 +1,17 @@
 """The provisioning simulation: pending pods onto existing nodes, in-flight NodeClaims, then new ones.
 
-Karpenter's semantics: pods sorted by cpu then memory, largest first; each goes to the first existing
-node or in-flight claim that can take it; otherwise to the first new claim it is compatible with; else
-a new claim from the heaviest NodePool that can host it. A new claim keeps every instance type that
-still fits all of its pods, so CreateFleet can choose among them. Pure: no I/O, no clock.
+Karpenter's semantics (``pkg/controllers/provisioning/scheduling``): pods sorted by cpu then memory,
+largest first; each goes to the first existing node or in-flight claim that can take it; otherwise to a
+new claim of this run (fewest pods first); else a new claim from the heaviest NodePool that can host it.
+Every candidate is checked for taints, host ports, node requirements, topology (spread, pod affinity and
+anti-affinity, see ``topology.py``) and room. A pod that fits nowhere has its preferences relaxed one at
+a time in Karpenter's order (``preferences.py``) and is tried again after the others. A new claim keeps
+every instance type that still fits all of its pods, so CreateFleet can choose among them. Reasons for
+unschedulable pods name the first failing constraint per NodePool, with the numbers.
+
+Hot paths work on precomputed per-NodePool instance type views, cache compatible-type lists per
+requirement set, and skip claims that already refused an identical pod whose refusal cannot change.
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
