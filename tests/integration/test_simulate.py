@@ -134,28 +134,35 @@ def test_spot_interruption_and_a_malformed_message(tmp_path: Path) -> None:
         for r in template["spec"]["requirements"]
     ]
     spot_pool["spec"]["template"] = {**template, "spec": {**template["spec"], "requirements": requirements}}
-    report = _run(
-        simulation(
-            tmp_path,
-            {
-                "name": "spot",
-                "manifests": [spot_pool, nodeclass(), deployment("web", 4)],
-                "steps": [
-                    {"wait": "90s"},
-                    {
-                        "event": {
-                            "version": "0",
-                            "source": "aws.ec2",
-                            "detail-type": "EC2 Spot Instance Interruption Warning",
-                            "detail": {"instance-id": "${instance:0}", "instance-action": "terminate"},
-                        }
-                    },
-                    {"sqs": "not json"},
-                    {"wait": "150s"},
-                ],
-            },
-        )
+    sim = simulation(
+        tmp_path,
+        {
+            "name": "spot",
+            "manifests": [spot_pool, nodeclass(), deployment("web", 4)],
+            "steps": [
+                {"wait": "90s"},
+                {
+                    "event": {
+                        "version": "0",
+                        "source": "aws.ec2",
+                        "detail-type": "EC2 Spot Instance Interruption Warning",
+                        "detail": {"instance-id": "${instance:0}", "instance-action": "terminate"},
+                    }
+                },
+                {"sqs": "not json"},
+                {"wait": "150s"},
+            ],
+        },
     )
+    try:
+        sim.start()
+        report = sim.run().to_json()
+        events = sim.kube.core.list_event_for_all_namespaces().items
+    finally:
+        sim.stop()
+    reasons = {(e.involved_object.kind, e.reason) for e in events}
+    # Karpenter's events: pods nominated for new claims, the node disrupted, its pods evicted.
+    assert {("Pod", "Nominated"), ("Node", "DisruptionTerminating"), ("Pod", "Evicted")} <= reasons
     assert report["events_handled"] == 2
     assert report["dlq_messages"] == 1
     first = report["nodeclaims"][0]

@@ -228,7 +228,9 @@ class KubernetesGateway:
 
     # -- events --------------------------------------------------------------------------------------
 
-    def record_event(self, obj: JSON, reason: str, message: str, event_type: str = "Normal") -> None:
+    def record_event(
+        self, obj: Mapping[str, Any], reason: str, message: str, event_type: str = "Normal"
+    ) -> None:
         """A core/v1 Event, as Karpenter's recorder writes them; failures are not worth failing for."""
         meta = obj.get("metadata", {})
         namespace = meta.get("namespace") or "default"

@@ -314,6 +314,12 @@ class Provisioner:
             if record is None:
                 continue
             crashpoints.hit(crashpoints.AFTER_NODECLAIM_WRITE)
+            for pod_key in record.pods:
+                if pod_key in by_key:
+                    # Karpenter's event: the pod is waiting for this claim's node, not stuck.
+                    plane.kube.record_event(
+                        by_key[pod_key], "Nominated", f"Pod should schedule on: nodeclaim/{record.name}"
+                    )
             launched = launch_record(plane, record, resolved.get(record.nodeclass))
             (outcome.launched if launched.state == NodeClaimState.LAUNCHED else outcome.failed).append(
                 record.name

@@ -144,6 +144,7 @@ def begin_deletion(
     if node is not None:
         taint_for_disruption(plane, node)
         if not node["metadata"].get("deletionTimestamp"):
+            plane.kube.record_event(node, "DisruptionTerminating", f"Disrupting Node: {reason}")
             plane.kube.delete_node(saved.node_name or "")
         return saved
     # No Node (never registered, or already gone): nothing to drain.
@@ -352,6 +353,7 @@ class Terminator:
                 continue
             outcome = kube.evict(pod)
             if outcome == EvictionResult.EVICTED:
+                kube.record_event(pod, "Evicted", "Evicted pod")
                 progress.evicted.append(pod_key)
                 backoff.pop(pod_key, None)
             elif outcome == EvictionResult.BLOCKED:
