@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+# mypy does not resolve `from serverless_karpenter import state_schema` through the editable install.
+import serverless_karpenter.state_schema as state_schema  # noqa: PLR0402
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
-from serverless_karpenter import state_schema
 
 
 class StateTable(Construct):

@@ -25,12 +25,12 @@ def _steady(loaded: Scenario) -> None:
 def test_steady_workload_at_90_percent_causes_no_replacement_in_24_hours(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with running(scenario("drift-ami", _steady), tick_seconds=10) as (sim, watch):
-        sim.run_for(10 * 60)
+    with running(scenario("drift-ami", _steady), tick_seconds=15) as (sim, watch):
+        sim.run_for(8 * 60)
         original = {r.name for r in active(sim)}
         assert original and running_pods(sim) == 9
-        # Once settled, a 20-minute tick keeps a virtual day short: 72 passes of every function.
-        sim.schedule.tick_seconds = 1200
+        # Once settled, a 30-minute tick keeps a virtual day short: 48 passes of every function.
+        sim.schedule.tick_seconds = 1800
         sim.run_for(24 * 3600)
         assert {r.name for r in active(sim)} == original
         assert set(watch.records) == original, "no NodeClaim was created or replaced"
@@ -48,19 +48,19 @@ def _cron(loaded: Scenario) -> None:
     loaded.manifests.append(deployment("base", 2, cpu="1", memory="1Gi"))
     loaded.manifests.append(deployment("batch", 0, cpu="1", memory="1Gi"))
     steps: list[dict[str, Any]] = [{"wait": "3m"}]
-    for _ in range(3):
+    for _ in range(2):
         steps += [
             {"scale": {"deployment": "default/batch", "replicas": 7}},
-            {"wait": "12m"},
+            {"wait": "10m"},
             {"scale": {"deployment": "default/batch", "replicas": 0}},
-            {"wait": "18m"},
+            {"wait": "15m"},
         ]
     loaded.steps = Scenario.model_validate({"name": "x", "steps": steps}).steps
 
 
 def test_repeated_scale_up_and_down_causes_no_same_type_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MIN_NODE_AGE_SECONDS", "120")
-    with running(scenario("drift-ami", _cron), tick_seconds=15) as (sim, watch):
+    with running(scenario("drift-ami", _cron), tick_seconds=20) as (sim, watch):
         for step in sim.scenario.steps:
             sim.run_step(step)
         assert len(watch.records) > 2, "the batch came and went on nodes of its own"

@@ -176,6 +176,13 @@ def test_nodeclass_status_is_written_through_the_status_subresource(sim: Simulat
         "Roles"
     ]
     assert [r["RoleName"] for r in roles] == [resources.node_role_name]
+    # The request tags the stack's IAM conditions demand (as Karpenter's policy does).
+    described = sim.cloud.client("iam").get_instance_profile(InstanceProfileName=profile)["InstanceProfile"]
+    tags = {t["Key"]: t["Value"] for t in described.get("Tags", [])}
+    assert tags[f"kubernetes.io/cluster/{sim.cluster_name}"] == "owned"
+    assert tags["eks:eks-cluster-name"] == sim.cluster_name
+    assert tags["topology.kubernetes.io/region"] == "us-east-1"
+    assert tags[wk.EC2NODECLASS] == spec["metadata"]["name"]
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Ready"]["status"] == "True"
     assert {"SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady"} <= set(conditions)
@@ -299,7 +306,8 @@ def test_the_lifecycle_pass_deletes_unused_launch_templates_but_not_a_live_claim
         resolved, "amd64", amifamily.NodeBootstrap(labels={"stale": "yes"}, taints=[], max_pods=3)
     )
     assert record.name == live.name
-    sim.clock.advance(3600)  # every template is now older than the sweep interval
+    # Past the sweep interval (5 min), within the registration timeout (15 min) of the live claim.
+    sim.clock.advance(600)
     result = LifecycleReconciler(sim.plane).reconcile()
     assert stale in result.launch_templates_deleted
     assert live.launch_template_name not in result.launch_templates_deleted

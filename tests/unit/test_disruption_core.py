@@ -16,6 +16,7 @@ from serverless_karpenter.disruption.budgets import allowed_disruptions, budget_
 from serverless_karpenter.disruption.candidates import (
     POD_EVENT_ANNOTATION,
     POD_SET_ANNOTATION,
+    Blocker,
     Options,
     Snapshot,
     candidates,
@@ -218,6 +219,10 @@ def snapshot(
 OPTIONS = Options()
 
 
+def kind(blocker: Blocker | None) -> str | None:
+    return blocker.kind if blocker is not None else None
+
+
 # --- budgets -------------------------------------------------------------------------------------------
 
 
@@ -287,7 +292,7 @@ def test_do_not_disrupt_on_the_node_and_pdbs_block() -> None:
     a = record("a", TYPES[0])
     snap = snapshot([a], [pod("p", a)], node_annotations={"a": {wk.DO_NOT_DISRUPT: "true"}})
     pool, _ = candidates(snap)
-    assert graceful_blocker(pool[0], [], NOW).kind == "DoNotDisrupt"
+    assert kind(graceful_blocker(pool[0], [], NOW)) == "DoNotDisrupt"
     pdb = {
         "metadata": {"name": "web", "namespace": "default"},
         "spec": {"selector": {"matchLabels": {"app": "web"}}},
@@ -302,7 +307,7 @@ def test_do_not_disrupt_on_the_node_and_pdbs_block() -> None:
 def test_pods_without_controller_block_consolidation() -> None:
     a = record("a", TYPES[0])
     pool, _ = candidates(snapshot([a], [pod("p", a, owner=None)]))
-    assert no_controller_blocker(pool[0]).kind == "NoController"
+    assert kind(no_controller_blocker(pool[0])) == "NoController"
 
 
 def test_young_nodes_and_recent_pod_events_are_left_alone() -> None:
@@ -311,8 +316,8 @@ def test_young_nodes_and_recent_pod_events_are_left_alone() -> None:
     pods = [pod("p", busy, started=NOW - timedelta(seconds=20))]
     pool, _ = candidates(snapshot([young, busy], pods))
     by_name = {c.name: c for c in pool}
-    assert consolidation_blocker(by_name["young"], OPTIONS, NOW).kind == "NodeAge"
-    assert consolidation_blocker(by_name["busy"], OPTIONS, NOW).kind == "ConsolidateAfter"
+    assert kind(consolidation_blocker(by_name["young"], OPTIONS, NOW)) == "NodeAge"
+    assert kind(consolidation_blocker(by_name["busy"], OPTIONS, NOW)) == "ConsolidateAfter"
 
 
 def test_pod_deletions_are_observed_by_fingerprint() -> None:
@@ -469,13 +474,13 @@ def test_drift_by_ami_nodepool_hash_and_requirements() -> None:
     changed = pool_manifest()
     changed["spec"]["template"]["spec"]["expireAfter"] = "24h"
     snap = snapshot([a], [], manifest=changed)
-    assert m.drift_reason(snap, candidates(snap)[0][0]).startswith("NodePoolDrifted")
+    assert (m.drift_reason(snap, candidates(snap)[0][0]) or "").startswith("NodePoolDrifted")
     spot_only = pool_manifest()
     spot_only["spec"]["template"]["spec"]["requirements"] = [
         {"key": wk.CAPACITY_TYPE, "operator": "In", "values": ["spot"]}
     ]
     snap = snapshot([a.model_copy(update={"annotations": {}})], [], manifest=spot_only)
-    assert m.drift_reason(snap, candidates(snap)[0][0]).startswith("RequirementsDrifted")
+    assert (m.drift_reason(snap, candidates(snap)[0][0]) or "").startswith("RequirementsDrifted")
 
 
 def test_nodeclass_hash_drift() -> None:
@@ -495,7 +500,7 @@ def test_nodeclass_hash_drift() -> None:
     a = record("a", TYPES[0], annotations={wk.EC2NODECLASS_HASH: before.static_hash()})
     snap = snapshot([a], [])
     snap.nodeclasses = {"default": after}
-    assert m.drift_reason(snap, candidates(snap)[0][0]).startswith("NodeClassDrifted")
+    assert (m.drift_reason(snap, candidates(snap)[0][0]) or "").startswith("NodeClassDrifted")
 
 
 def test_validation_compares_method_nodes_and_action() -> None:

@@ -74,6 +74,10 @@ class Cluster:
     refuse: set[str] = field(default_factory=set)
     eviction_attempts: list[str] = field(default_factory=list)
     deletions: list[tuple[str, int | None]] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (object name, reason, message)
+
+    def record_event(self, obj: dict[str, Any], reason: str, message: str, event_type: str = "") -> None:
+        self.events.append((obj["metadata"]["name"], reason, message))
 
     def list_nodes(self) -> list[dict[str, Any]]:
         return list(self.nodes.values())
@@ -232,6 +236,13 @@ def test_evictions_go_by_priority_group() -> None:
         w.cluster.kubelet_finishes()
         w.clock.advance(5)
     assert order == [["default/app"], ["default/ds"], ["default/crit"], ["default/crit-ds"]]
+    # Each eviction is told to the pod, as Karpenter's Evicted event.
+    assert [(name, reason) for name, reason, _ in w.cluster.events if reason == "Evicted"] == [
+        ("app", "Evicted"),
+        ("ds", "Evicted"),
+        ("crit", "Evicted"),
+        ("crit-ds", "Evicted"),
+    ]
 
 
 def test_pods_tolerating_the_disrupted_taint_and_mirror_pods_are_left_alone() -> None:

@@ -338,8 +338,12 @@ class NodeClassResolver:
                 raise
             self._iam.create_instance_profile(
                 InstanceProfileName=name,
+                # The stack's IAM policy allows creating a profile only with these request tags
+                # (Karpenter's conditions), so they must all be here.
                 Tags=[
                     {"Key": f"{wk.TAG_CLUSTER_PREFIX}{self._cluster}", "Value": "owned"},
+                    {"Key": wk.TAG_EKS_CLUSTER_NAME, "Value": self._cluster},
+                    {"Key": wk.REGION, "Value": self._ec2.meta.region_name},
                     {"Key": LAUNCH_TEMPLATE_CLUSTER_TAG, "Value": self._cluster},
                     {"Key": wk.EC2NODECLASS, "Value": nodeclass_name},
                 ],
@@ -382,6 +386,8 @@ class FleetLauncher:
         self._cluster_name = cluster_name
         self._cluster = cluster
         self._known_templates: set[str] = set()
+        # When the lifecycle pass last looked for unused templates (it rate-limits itself with this).
+        self.last_template_sweep: datetime | None = None
 
     @property
     def ec2(self) -> Any:

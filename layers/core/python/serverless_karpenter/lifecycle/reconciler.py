@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -22,8 +22,6 @@ from serverless_karpenter.scheduling.taints import taints_from_dicts
 
 TERMINATED_RETENTION = timedelta(days=1)
 GONE_STATES = frozenset({"shutting-down", "terminated"})
-# When each cluster's unused launch templates were last swept, in this (warm) process.
-_last_template_sweep: dict[str, datetime] = {}
 
 
 @dataclass
@@ -141,10 +139,11 @@ class LifecycleReconciler:
         plane = self.plane
         now = plane.clock.now()
         interval = timedelta(seconds=plane.settings.launch_template_sweep_seconds)
-        last = _last_template_sweep.get(plane.settings.cluster_name)
-        if last is not None and now - last < interval:
+        # Kept on the launcher, which lives as long as the warm Lambda does.
+        last = plane.launcher.last_template_sweep
+        if last is not None and timedelta(0) <= now - last < interval:
             return
-        _last_template_sweep[plane.settings.cluster_name] = now
+        plane.launcher.last_template_sweep = now
         in_use: set[str] = set()
         for record in plane.store.list():
             if record.state == NodeClaimState.TERMINATED:

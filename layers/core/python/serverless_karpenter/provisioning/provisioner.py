@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import string
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -282,7 +283,11 @@ class Provisioner:
             extra={"pods": [podlib.key(p) for p in pending][:50], "count": len(pending)},
         )
         records = plane.store.list()
+        started = time.perf_counter()  # compute time, not control-plane time: the clock may be virtual
         result, resolved = self.schedule(pending, records)
+        metrics.add_metric(
+            name=MetricName.SOLVE_DURATION, unit=MetricUnit.Seconds, value=time.perf_counter() - started
+        )
         outcome.unschedulable = result.unschedulable
         if result.new_nodeclaims:
             logger.info(
