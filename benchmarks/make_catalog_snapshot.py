@@ -23,40 +23,15 @@ from typing import Any
 
 import moto
 from moto.ec2.models.availability_zones_and_regions import RegionsAndZonesBackend
+from serverless_karpenter.catalog.live import DESCRIBE_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO / "layers/core/python/serverless_karpenter/data"
 MOTO_RESOURCES = Path(moto.__file__).parent / "ec2/resources"
 
-# The subset of a DescribeInstanceTypes item that serverless_karpenter.catalog.type_info reads.
-_KEEP: Mapping[str, Any] = {
-    "InstanceType": True,
-    "BareMetal": True,
-    "Hypervisor": True,
-    "SupportedUsageClasses": True,
-    "VCpuInfo": {"DefaultVCpus": True},
-    "MemoryInfo": {"SizeInMiB": True},
-    "ProcessorInfo": {"Manufacturer": True, "SupportedArchitectures": True, "SustainedClockSpeedInGhz": True},
-    "GpuInfo": {
-        "Gpus": {"Name": True, "Manufacturer": True, "Count": True, "MemoryInfo": {"SizeInMiB": True}}
-    },
-    "InferenceAcceleratorInfo": {"Accelerators": {"Name": True, "Manufacturer": True, "Count": True}},
-    "NeuronInfo": {"NeuronDevices": {"Name": True, "Count": True, "CoreInfo": {"Count": True}}},
-    "NetworkInfo": {
-        "MaximumNetworkInterfaces": True,
-        "Ipv4AddressesPerInterface": True,
-        "DefaultNetworkCardIndex": True,
-        "NetworkCards": {
-            "NetworkCardIndex": True,
-            "MaximumNetworkInterfaces": True,
-            "BaselineBandwidthInGbps": True,
-        },
-        "EfaInfo": {"MaximumEfaInterfaces": True},
-        "EncryptionInTransitSupported": True,
-    },
-    "EbsInfo": {"EbsOptimizedSupport": True, "EbsOptimizedInfo": {"MaximumBandwidthInMbps": True}},
-    "InstanceStorageInfo": {"TotalSizeInGB": True, "NvmeSupport": True},
-}
+# The fields of a DescribeInstanceTypes item the catalog reads: one list, shared with the live catalog
+# (whose two extra fields, generation and virtualization, only filter types).
+_KEEP: Mapping[str, Any] = DESCRIBE_KEYS
 
 
 def trim(value: Any, keep: Any) -> Any:
