@@ -150,8 +150,10 @@ class LifecycleReconciler:
                 continue
             if record.launch_template_name:
                 in_use.add(record.launch_template_name)
+            # A launched claim used the template it recorded; only one still to launch (or retry) may
+            # need others, and working those out renders user data, so it is done for those alone.
             nodeclass = resolved.get(record.nodeclass)
-            if nodeclass is not None:
+            if record.instance_id is None and nodeclass is not None:
                 in_use |= launch_templates_of(plane, record, nodeclass)
         try:
             deleted = plane.launcher.delete_unused_launch_templates(in_use, now - interval)

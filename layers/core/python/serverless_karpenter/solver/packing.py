@@ -50,6 +50,22 @@ class _Shape:
     kinds: list[_Kind]
 
 
+def share_of(vector: Sequence[int], room: Sequence[int]) -> float:
+    """The largest fraction of ``room`` that ``vector`` takes, over all resources (its size on a node)."""
+    return max((v / r if r else (float("inf") if v else 0.0)) for v, r in zip(vector, room, strict=True))
+
+
+def copies_that_fit(vector: Sequence[int], residual: Sequence[int], cap: int) -> int:
+    """How many copies of ``vector`` fit in ``residual``, at most ``cap``."""
+    limit = cap
+    for v, r in zip(vector, residual, strict=True):
+        if v:
+            limit = min(limit, r // v)
+            if not limit:
+                break
+    return limit
+
+
 def fits(vector: Sequence[int], room: Sequence[int]) -> bool:
     return all(v <= r for v, r in zip(vector, room, strict=True))
 
@@ -67,10 +83,7 @@ def _shapes(vectors: Sequence[Vector], memberships: Sequence[Membership], room: 
     for i, (vector, membership) in enumerate(zip(vectors, memberships, strict=True)):
         by_vector.setdefault(vector, {}).setdefault(membership, []).append(i)
 
-    def size(vector: Vector) -> float:
-        return max((v / r if r else (float("inf") if v else 0.0)) for v, r in zip(vector, room, strict=True))
-
-    ordered = sorted(by_vector, key=lambda v: (-size(v), v))
+    ordered = sorted(by_vector, key=lambda v: (-share_of(v, room), v))
     return [
         _Shape(v, [_Kind(m, list(reversed(items))) for m, items in sorted(by_vector[v].items())])
         for v in ordered
@@ -101,12 +114,7 @@ def pack_with(
         node = PackedNode(option, [], [0] * dims)
         for shape in shapes:
             vector = shape.vector
-            limit = left
-            for v, r in zip(vector, residual, strict=True):
-                if v:
-                    limit = min(limit, r // v)
-                    if not limit:
-                        break
+            limit = copies_that_fit(vector, residual, left)
             if not limit:
                 continue
             for kind in shape.kinds:
@@ -222,16 +230,7 @@ def pack_adaptive(
     anti-affinity forces are full, rather than swallowing every other pod into a few big nodes and
     leaving the rest of the owners alone on their own small nodes."""
     shapes = _shapes(vectors, memberships, candidates[0].room) if candidates else []
-    orders = []
-    for option in candidates:
-        room = option.room
-
-        def size(vector: Vector, room: Vector = room) -> float:
-            return max(
-                (v / r if r else (float("inf") if v else 0.0)) for v, r in zip(vector, room, strict=True)
-            )
-
-        orders.append(sorted(range(len(shapes)), key=lambda s: (-size(shapes[s].vector), s)))
+    orders = [_size_order(shapes, option.room) for option in candidates]
     nodes: list[PackedNode] = []
     left = len(vectors)
     node_weight = weights[-1] if weights else 0.0
@@ -337,10 +336,7 @@ def pack_adaptive(
 def _size_order(shapes: Sequence[_Shape], room: Vector) -> list[int]:
     """Shape indices, largest share of ``room`` first."""
 
-    def share(vector: Vector) -> float:
-        return max((v / r if r else (float("inf") if v else 0.0)) for v, r in zip(vector, room, strict=True))
-
-    return sorted(range(len(shapes)), key=lambda s: (-share(shapes[s].vector), s))
+    return sorted(range(len(shapes)), key=lambda s: (-share_of(shapes[s].vector, room), s))
 
 
 def _fill(
@@ -392,12 +388,7 @@ def _fill(
     for s in order:
         shape = shapes[s]
         vector = shape.vector
-        limit = left
-        for v, r in zip(vector, residual, strict=True):
-            if v:
-                limit = min(limit, r // v)
-                if not limit:
-                    break
+        limit = copies_that_fit(vector, residual, left)
         if not limit:
             continue
         for kind in shape.kinds:
