@@ -16,17 +16,9 @@ from serverless_karpenter.scheduling.scheduler import Scheduler
 
 from benchmarks import inputs
 
-# The solver's budget grows with the batch (0.4 ms a pod) up to 2 s: small batches stay fast.
-MAX_TIME_BUDGET_S = 2.0
-BUDGET_PER_POD_S = 0.0004
-
-
-def default_budget(pods: int) -> float:
-    return min(MAX_TIME_BUDGET_S, max(0.2, BUDGET_PER_POD_S * pods))
-
 
 def run(pods: int, instance_types: int, mix: str, seed: int, time_budget_s: float | None) -> dict[str, Any]:
-    budget = default_budget(pods) if time_budget_s is None else time_budget_s
+    budget = solver.default_budget(pods) if time_budget_s is None else time_budget_s
     types = inputs.instance_types(instance_types)
     pending = inputs.pods_for(mix, pods, seed)
 

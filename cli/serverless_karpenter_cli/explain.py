@@ -83,7 +83,7 @@ def run_pod(args: argparse.Namespace) -> int:
     if not podlib.is_provisionable(pod):
         print(f"pod {key} is not provisionable (not pending, or owned by a DaemonSet, or being deleted)")
         return 0
-    result, _ = Provisioner(plane).schedule([pod], plane.store.list())
+    result, _, _ = Provisioner(plane).schedule([pod], plane.store.list())
     reasons = result.unschedulable.get(key)
     if reasons is not None:
         print(f"pod {key} cannot be scheduled: {explain(reasons)}")

@@ -43,6 +43,7 @@ from serverless_karpenter.runtime import CatalogInstanceTypes, SchedulableInstan
 from serverless_karpenter.scheduling.inputs import ManifestSet, classify, flatten
 from serverless_karpenter.scheduling.scheduler import SchedulingResult, choose_offering
 from serverless_karpenter.scheduling.volumes import VolumeIndex
+from serverless_karpenter.solver import SolveReport
 
 DEFAULT_REGION = "us-east-1"
 _MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -208,11 +209,13 @@ def build_plan(
         namespaces=namespace_labels(manifests.namespaces),
         volumes=VolumeIndex.build(manifests.pvcs, manifests.pvs, manifests.storage_classes),
     )
-    result = simulate_provisioning(state, manifests.pending, _Types(provider))
-    return render(result, manifests)
+    result, report = simulate_provisioning(state, manifests.pending, _Types(provider))
+    return render(result, manifests, report)
 
 
-def render(result: SchedulingResult, manifests: ManifestSet) -> dict[str, Any]:
+def render(
+    result: SchedulingResult, manifests: ManifestSet, report: SolveReport | None = None
+) -> dict[str, Any]:
     claims: list[dict[str, Any]] = []
     cost = 0.0
     for claim in result.new_nodeclaims:
@@ -251,6 +254,11 @@ def render(result: SchedulingResult, manifests: ManifestSet) -> dict[str, Any]:
         "existing_nodes": {name: sorted(pods) for name, pods in sorted(result.existing.items())},
         "unschedulable": unschedulable,
         "cost_per_hour": round(cost, 6),
+        # A proven floor under the cost of any placement of the same pods on new nodes, and how far
+        # the plan is above it; first-fit is what Karpenter's algorithm alone would have bought.
+        "lower_bound_per_hour": round(report.lower_bound, 6) if report else None,
+        "gap": round(report.gap, 6) if report else None,
+        "first_fit_cost_per_hour": round(report.ffd_cost, 6) if report else None,
     }
 
 
@@ -332,8 +340,13 @@ def print_table(plan: Mapping[str, Any], console: Console) -> None:
             for pool, reason in entry["nodepools"].items():
                 failed.add_row(entry["pod"], pool or "-", reason)
         console.print(failed)
-    console.print(
+    summary = (
         f"{len(plan['nodeclaims'])} NodeClaim(s), {len(plan['unschedulable'])} unschedulable pod(s), "
-        f"${plan['cost_per_hour']:.4f}/h",
-        highlight=False,
+        f"${plan['cost_per_hour']:.4f}/h"
     )
+    if plan.get("lower_bound_per_hour") is not None:
+        summary += (
+            f" (lower bound ${plan['lower_bound_per_hour']:.4f}/h, gap {100 * plan['gap']:.1f}%;"
+            f" first-fit alone ${plan['first_fit_cost_per_hour']:.4f}/h)"
+        )
+    console.print(summary, highlight=False)

@@ -205,6 +205,4 @@ def test_emf_output_of_dimensioned_metrics_matches_the_dashboard_search(
 
 def test_every_metric_name_is_emitted_somewhere_in_the_code(code_usage: CodeUsage) -> None:
     missing = sorted(m.name for m in MetricName if m.name not in code_usage.referenced)
-    # The cost gap is reported once the solver post-pass is wired into the provisioner (issue 4); until
-    # then it is the only name with no emitter. Anything else missing fails here.
-    assert missing == ["SOLVE_COST_GAP"]
+    assert missing == []

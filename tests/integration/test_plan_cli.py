@@ -55,8 +55,20 @@ def test_plan_json_follows_the_contract(tmp_path: Path, capsys: pytest.CaptureFi
     write(tmp_path, "cluster/pools.yaml", nodepool(), nodeclass())
     write(tmp_path, "cluster/apps/web.yaml", deployment("web", 20, cpu="1", memory="1536Mi"))
     out = plan(capsys, "-f", str(tmp_path / "cluster"))
-    assert set(out) == {"nodeclaims", "existing_nodes", "unschedulable", "cost_per_hour"}
+    assert set(out) == {
+        "nodeclaims",
+        "existing_nodes",
+        "unschedulable",
+        "cost_per_hour",
+        "lower_bound_per_hour",
+        "gap",
+        "first_fit_cost_per_hour",
+    }
     assert out["unschedulable"] == [] and out["existing_nodes"] == {}
+    # The solver's report: never dearer than first fit, never below its proven bound.
+    assert out["lower_bound_per_hour"] <= out["cost_per_hour"] + 1e-9
+    assert out["cost_per_hour"] <= out["first_fit_cost_per_hour"] + 1e-9
+    assert out["gap"] == pytest.approx(out["cost_per_hour"] / out["lower_bound_per_hour"] - 1, abs=1e-5)
     pods = [p for claim in out["nodeclaims"] for p in claim["pods"]]
     assert sorted(pods) == sorted(f"default/web-{i}" for i in range(20))
     for claim in out["nodeclaims"]:

@@ -6,7 +6,7 @@ import itertools
 import random
 
 import pytest
-from serverless_karpenter.solver.bound import dual_bound
+from serverless_karpenter.solver.bound import dual_bound, primal_mix
 
 
 def exact_lp(demand: tuple[float, float], columns: list[tuple[tuple[float, float], float]]) -> float:
@@ -57,3 +57,30 @@ def test_never_above_the_lp_optimum_and_close_to_it(seed: int) -> None:
     assert bound >= optimum * (1 - 1e-3)
     for room, price in columns:  # the weights are a feasible dual: the bound is proven, not estimated
         assert weights[0] * room[0] + weights[1] * room[1] <= price * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_primal_mix_covers_the_demand_at_the_bound(seed: int) -> None:
+    rng = random.Random(seed)
+    columns = [
+        ((rng.uniform(1, 64), rng.uniform(1, 256)), rng.uniform(0.05, 5.0)) for _ in range(rng.randint(2, 30))
+    ]
+    demand = [rng.uniform(10, 2000), rng.uniform(10, 8000)]
+    bound, duals = dual_bound(demand, 0, columns)
+    mix = primal_mix(demand, 0, columns, duals)
+    assert mix, "a basic optimum exists and the duals name it"
+    for d in range(2):
+        assert sum(columns[j][0][d] * x for j, x in mix.items()) >= demand[d] * (1 - 1e-6)
+    assert sum(columns[j][1] * x for j, x in mix.items()) == pytest.approx(bound, rel=2e-3)
+
+
+def test_the_node_row_counts_only_the_columns_that_count_as_nodes() -> None:
+    # Two small nodes must exist; a big type is cheaper per unit but does not meet the node row.
+    columns = [((2.0,), 1.0), ((100.0,), 10.0)]
+    demand = [102.0]
+    everyone, _ = dual_bound(demand, 2, columns)
+    only_small, duals = dual_bound(demand, 2, columns, counts_as_node=[True, False])
+    assert everyone == pytest.approx(11.0, rel=1e-3)  # one of each: the big one counts as a node
+    assert only_small == pytest.approx(2 * 1.0 + 98 * 0.1, rel=1e-3)  # two small, the rest big
+    mix = primal_mix(demand, 2, columns, duals, counts_as_node=[True, False])
+    assert mix[0] == pytest.approx(2.0) and mix[1] == pytest.approx(0.98)

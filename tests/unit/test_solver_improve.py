@@ -14,6 +14,7 @@ from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.scheduler import (
     MAX_INSTANCE_TYPES,
+    NewNodeClaim,
     NodePoolTemplate,
     Scheduler,
     SchedulingResult,
@@ -125,7 +126,7 @@ def test_heterogeneous_pods_cost_at_least_5_percent_less_than_first_fit() -> Non
     assert report.ffd_cost == pytest.approx(ffd_cost)
     assert report.cost == pytest.approx(sum(claim_cost(c) for c in improved.new_nodeclaims))
     assert report.cost <= 0.95 * ffd_cost
-    assert report.lower_bound <= report.cost
+    assert report.lower_bound <= report.cost * (1 + 1e-9)
     assert report.gap == pytest.approx(report.cost / report.lower_bound - 1)
 
 
@@ -134,7 +135,7 @@ def test_never_dearer_than_first_fit_even_when_first_fit_is_optimal() -> None:
     ffd, improved, report = solve(pending)
     assert_valid(improved, ffd, pending)
     assert report.cost <= report.ffd_cost
-    assert report.lower_bound <= report.cost
+    assert report.lower_bound <= report.cost * (1 + 1e-9)
 
 
 def test_daemonset_overhead_is_room_the_pods_cannot_use() -> None:
@@ -201,3 +202,82 @@ def test_nodepools_with_limits_are_left_to_first_fit() -> None:
     ffd, improved, report = solve(pending, tpl)
     assert improved.new_nodeclaims == ffd.new_nodeclaims
     assert report.cost == pytest.approx(report.ffd_cost)
+
+
+def _zones_of(claim: NewNodeClaim) -> frozenset[str]:
+    requirement = claim.requirements.get(wk.ZONE)
+    return frozenset(ZONES) if requirement.operator() == "Exists" else frozenset(requirement.values())
+
+
+def _zonal_spread(app: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": wk.ZONE,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": app}},
+        }
+    ]
+
+
+def _anti(app: str) -> dict[str, Any]:
+    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": wk.HOSTNAME}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def test_pods_free_of_zones_share_nodes_with_pods_pinned_to_any_zone() -> None:
+    # Thirty pods that each need a node of their own, and ninety zonally spread ones: the cheapest
+    # placement puts three spread pods beside each lone pod, in the spread pods' zone.
+    pending = [pod(f"solo{i}", "400m", "512Mi", {"app": "solo"}, affinity=_anti("solo")) for i in range(30)]
+    pending += [
+        pod(f"web{i}", "400m", "512Mi", {"app": "web"}, topologySpreadConstraints=_zonal_spread("web"))
+        for i in range(90)
+    ]
+    ffd, improved, report = solve(pending)
+    assert_valid(improved, ffd, pending)
+    first_fit_zones = {k: _zones_of(c) for c in ffd.new_nodeclaims for k in c.pods}
+    per_zone = Counter()
+    for claim in improved.new_nodeclaims:
+        zones = _zones_of(claim)
+        assert sum(k.startswith("default/solo") for k in claim.pods) <= 1
+        for k in claim.pods:
+            if k.startswith("default/web"):
+                assert zones <= first_fit_zones[k]  # the spread the scheduler chose is kept
+                per_zone[next(iter(first_fit_zones[k]))] += 1
+    assert sorted(per_zone.values()) == [30, 30, 30]
+    assert len(improved.new_nodeclaims) == 30  # every spread pod rides on a node the lone pods force
+    assert report.cost <= report.ffd_cost
+    assert report.lower_bound <= report.cost * (1 + 1e-9)
+
+
+def test_pods_a_zonal_term_selects_keep_their_zone() -> None:
+    # The plain "web" pods carry no constraint, but the spread pods count them per zone: moving them
+    # to another zone would change the skew the scheduler checked, so they stay where they were put.
+    pending = [pod(f"plain{i}", "400m", "512Mi", {"app": "web"}) for i in range(30)]
+    pending += [
+        pod(f"spread{i}", "400m", "512Mi", {"app": "web"}, topologySpreadConstraints=_zonal_spread("web"))
+        for i in range(30)
+    ]
+    pending += [pod(f"solo{i}", "400m", "512Mi", {"app": "solo"}, affinity=_anti("solo")) for i in range(12)]
+    ffd, improved, _ = solve(pending)
+    assert_valid(improved, ffd, pending)
+    first_fit_zones = {k: _zones_of(c) for c in ffd.new_nodeclaims for k in c.pods}
+    for claim in improved.new_nodeclaims:
+        for k in claim.pods:
+            if not k.startswith("default/solo"):
+                assert _zones_of(claim) <= first_fit_zones[k]
+
+
+def test_room_a_pod_cannot_use_is_not_counted_in_the_bound() -> None:
+    # Every pod asks for 500m, so of a c6a.large's 1930m they can use 1500m: the bound counts that.
+    tpl = template()
+    tpl.instance_types = [it for it in tpl.instance_types if it.name == "c6a.large"]
+    (large,) = tpl.instance_types
+    price = min(o.price for o in large.offerings if o.capacity_type == wk.CAPACITY_TYPE_ON_DEMAND)
+    assert large.allocatable[resources.CPU] == 1930
+    pending = [pod(f"p{i}", "500m", "256Mi") for i in range(30)]
+    _, improved, report = solve(pending, tpl)
+    assert len(improved.new_nodeclaims) == 10
+    # 15,000m at 1,500m a node is 10 nodes; at 1,930m it would be under 7.8.
+    assert report.lower_bound == pytest.approx(10 * price, rel=1e-3)
+    assert report.gap == pytest.approx(0.0, abs=1e-3)

@@ -72,6 +72,8 @@ class Msg(StrEnum):
     INITIATING_DELETE_FROM_INTERRUPTION = "initiating delete from interruption message"
     GARBAGE_COLLECTED_INSTANCE = "garbage collected cloudprovider instance"
     LIVENESS_DELETED = "deleting nodeclaim, registration ttl exceeded"
+    # Ours: Karpenter does not report how far its placement is from optimal.
+    SOLVED_PLACEMENT = "solved placement"
 
 
 class _CurrentStdout:

@@ -94,7 +94,14 @@ class KubernetesGateway:
                 if token
                 else call(fn, limit=PAGE_SIZE, **kwargs)
             )
-            yield from page.get("items") or []
+            # The API server leaves apiVersion and kind off the items of built-in lists; the pure core
+            # and Events (kubectl describe finds them by involvedObject.kind) want whole objects.
+            list_kind = str(page.get("kind") or "")
+            for item in page.get("items") or []:
+                if list_kind.endswith("List"):
+                    item.setdefault("apiVersion", page.get("apiVersion"))
+                    item.setdefault("kind", list_kind[: -len("List")])
+                yield item
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return
@@ -231,21 +238,26 @@ class KubernetesGateway:
     def record_event(
         self, obj: Mapping[str, Any], reason: str, message: str, event_type: str = "Normal"
     ) -> None:
-        """A core/v1 Event, as Karpenter's recorder writes them; failures are not worth failing for."""
+        """A core/v1 Event, as Karpenter's recorder writes them; failures are not worth failing for.
+
+        ``obj`` needs ``apiVersion`` and ``kind``: list items of built-in kinds come without them, and
+        ``kubectl describe`` finds events by kind. Cluster-scoped objects (Node, NodePool) have their
+        events in ``default`` and no namespace in the reference, as client-go's recorder does."""
         meta = obj.get("metadata", {})
         namespace = meta.get("namespace") or "default"
         now = to_rfc3339(self._clock.now())
+        reference = {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+        }
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion"),
-                "kind": obj.get("kind"),
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-            },
+            "involvedObject": {k: v for k, v in reference.items() if v},
             "reason": reason,
             "message": message[:1024],
             "type": event_type,

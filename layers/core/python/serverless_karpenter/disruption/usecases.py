@@ -20,7 +20,7 @@ import json
 import os
 import secrets
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,6 +35,7 @@ from serverless_karpenter.disruption import methods as m
 from serverless_karpenter.disruption.candidates import (
     COMMAND_ANNOTATION,
     REPLACEMENT_FOR_ANNOTATION,
+    Blocker,
     Candidate,
     InstanceNetwork,
     Options,
@@ -419,12 +420,30 @@ def finish_replacement(
         run.executed.append(f"{command['method']}: replace {', '.join(sorted(r.name for r in records))}")
 
 
+# The blockers Karpenter reports as a DisruptionBlocked Event on the Node: what it checks of the node and
+# its pods before any method (do-not-disrupt, PDBs). Budgets it reports on the NodePool; consolidation's
+# own reasons (age, consolidateAfter, no cheaper replacement) are not Events there.
+NODE_EVENT_BLOCKERS = frozenset({"DoNotDisrupt", "PDB"})
+
+
+def record_blocked(plane: ControlPlane, pool: Sequence[Candidate], blockers: Mapping[str, Blocker]) -> None:
+    """Karpenter's DisruptionBlocked Event on each blocked node: one per node per pass, as the
+    evaluation keeps the first blocking rule per NodeClaim."""
+    for candidate in pool:
+        blocker = blockers.get(candidate.name)
+        if blocker is not None and blocker.kind in NODE_EVENT_BLOCKERS:
+            plane.kube.record_event(
+                candidate.node, "DisruptionBlocked", f"Cannot disrupt Node: {blocker.message}"
+            )
+
+
 def decide(
     plane: ControlPlane, snapshot: Snapshot, options: Options, pool: Sequence[Candidate], run: DisruptionRun
 ) -> None:
     evaluation = m.evaluate(snapshot, pool, options)
     for kind, count in Counter(b.kind for b in evaluation.blockers.values()).items():
         emit_dimensioned(MetricName.DISRUPTION_BLOCKED, count, {"Reason": kind})
+    record_blocked(plane, pool, evaluation.blockers)
     command = evaluation.command
     if command is None:
         return

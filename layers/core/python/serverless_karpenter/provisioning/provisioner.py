@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from serverless_karpenter import crashpoints
+from serverless_karpenter import crashpoints, solver
 from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.api import labels as wk
@@ -56,6 +56,13 @@ class HasInstanceTypes(Protocol):
     def instance_types(self) -> InstanceTypeProvider: ...
 
 
+def nodeclass_ref(nodepool: Mapping[str, Any]) -> str:
+    """The name of the EC2NodeClass a NodePool's template points to ("" when it names none)."""
+    spec = nodepool.get("spec") or {}
+    ref = ((spec.get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+    return str(ref.get("name") or "")
+
+
 def build_templates(
     nodepools: Sequence[Mapping[str, Any]],
     nodeclasses: Mapping[str, ResolvedNodeClass],
@@ -70,10 +77,9 @@ def build_templates(
     for nodepool in nodepools:
         name = nodepool["metadata"]["name"]
         spec = nodepool.get("spec") or {}
-        ref = ((spec.get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
-        nodeclass = nodeclasses.get(ref.get("name", ""))
+        nodeclass = nodeclasses.get(nodeclass_ref(nodepool))
         if nodeclass is None:
-            problems[name] = f'nodeClassRef "{ref.get("name")}" is not a ready EC2NodeClass'
+            problems[name] = f'nodeClassRef "{nodeclass_ref(nodepool)}" is not a ready EC2NodeClass'
             continue
         reqs, labels, taints = nodepool_requirements(nodepool)
         overhead = daemon_overhead(daemonsets, reqs, labels, taints)
@@ -185,15 +191,22 @@ class ClusterState:
     daemonsets: Sequence[Mapping[str, Any]] = ()
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     volumes: VolumeIndex | None = None
+    # Why each EC2NodeClass in nodeclass_specs but not in resolved is not ready.
+    nodeclass_errors: Mapping[str, str] = field(default_factory=dict)
 
 
 def simulate_provisioning(
-    state: ClusterState, pending: Sequence[Mapping[str, Any]], plane: HasInstanceTypes
-) -> SchedulingResult:
+    state: ClusterState,
+    pending: Sequence[Mapping[str, Any]],
+    plane: HasInstanceTypes,
+    *,
+    time_budget_s: float | None = None,
+) -> tuple[SchedulingResult, solver.SolveReport | None]:
     """The one provisioning simulation, shared by the live provisioner and ``plan``: NodePool templates
     (DaemonSet overhead, limits net of what is launched), existing nodes and in-flight NodeClaims, then
-    Karpenter's scheduling of the pending pods. NodePools that cannot be used give their reason to every
-    unschedulable pod."""
+    Karpenter's scheduling of the pending pods, then the cost solver's repacking of the new NodeClaims
+    (with its report; None when nothing new is needed). NodePools that cannot be used give their reason
+    to every unschedulable pod."""
     usage: dict[str, resources.ResourceList] = {}
     for record in state.records:
         if record.is_active or record.is_deleting:
@@ -210,7 +223,69 @@ def simulate_provisioning(
             reasons.setdefault(pool, problem)
         if problems and "" in reasons and len(reasons) > 1:
             del reasons[""]
-    return result
+    report = None
+    if result.new_nodeclaims:
+        budget = solver.default_budget(len(pending)) if time_budget_s is None else time_budget_s
+        result, report = solver.improve(result, templates, budget, pending)
+    return result, report
+
+
+# Karpenter records no Event on a NodePool for these: it sets the NodePool's NodeClassReady condition
+# false (reasons NodeClassNotFound, or the class's own), and its scheduler fails the pods with "all
+# available instance types exceed limits for nodepool". The condition's reasons, and one in their style
+# for limits, tell `kubectl describe nodepool` readers why the NodePool launches nothing.
+NODECLASS_NOT_FOUND = "NodeClassNotFound"
+NODECLASS_NOT_READY = "NodeClassNotReady"
+LIMITS_EXCEEDED = "LimitsExceeded"
+
+
+@dataclass(frozen=True)
+class NodePoolWarning:
+    nodepool: Mapping[str, Any]  # as listed: apiVersion, kind and metadata for the Event's reference
+    reason: str
+    message: str
+
+
+def nodepool_warnings(
+    state: ClusterState, unschedulable: Mapping[str, Mapping[str, str]]
+) -> list[NodePoolWarning]:
+    """At most one Warning per NodePool for a provisioning pass: its nodeClassRef is not a ready
+    EC2NodeClass, or its spec.limits kept pods from being placed (one Warning however many pods)."""
+    limited: dict[str, list[str]] = {}
+    for _, reasons in sorted(unschedulable.items()):
+        for pool, reason in reasons.items():
+            # The scheduler's wording for a pod that only limits keep off this NodePool (_limits_reason).
+            prefix = f'nodepool "{pool}" limits: '
+            if reason.startswith(prefix):
+                limited.setdefault(pool, []).append(reason[len(prefix) :])
+    out: list[NodePoolWarning] = []
+    for nodepool in state.nodepools:
+        name = nodepool["metadata"]["name"]
+        ref = nodeclass_ref(nodepool)
+        if ref in state.resolved:
+            if name in limited:
+                out.append(
+                    NodePoolWarning(
+                        nodepool,
+                        LIMITS_EXCEEDED,
+                        "all available instance types exceed limits for nodepool: "
+                        f"{len(limited[name])} pod(s) not placed ({limited[name][0]})",
+                    )
+                )
+        elif ref in state.nodeclass_specs:
+            why = state.nodeclass_errors.get(ref, "").removeprefix(f'EC2NodeClass "{ref}": ')
+            out.append(
+                NodePoolWarning(
+                    nodepool,
+                    NODECLASS_NOT_READY,
+                    f'EC2NodeClass "{ref}" is not ready' + (f": {why}" if why else ""),
+                )
+            )
+        else:
+            out.append(
+                NodePoolWarning(nodepool, NODECLASS_NOT_FOUND, f'EC2NodeClass "{ref}" not found on cluster')
+            )
+    return out
 
 
 def namespace_labels(namespaces: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
@@ -230,10 +305,12 @@ class Provisioner:
         kube = self.plane.kube
         specs = {nc["metadata"]["name"]: nc for nc in kube.list_ec2nodeclasses()}
         resolved: dict[str, ResolvedNodeClass] = {}
+        errors: dict[str, str] = {}
         for name, spec in specs.items():
             try:
                 resolved[name] = self.plane.resolver.resolve(spec)
             except ValueError as error:
+                errors[name] = str(error)
                 logger.warning("EC2NodeClass not ready", extra={"ec2nodeclass": name, "error": str(error)})
         bound = [p for p in kube.list_pods(field_selector="spec.nodeName!=") if not podlib.is_terminal(p)]
         namespaces: dict[str, dict[str, str]] = {}
@@ -258,13 +335,15 @@ class Provisioner:
             daemonsets=kube.list_daemonsets(),
             namespaces=namespaces,
             volumes=volumes,
+            nodeclass_errors=errors,
         )
 
     def schedule(
         self, pending: Sequence[Mapping[str, Any]], records: Sequence[NodeClaimRecord]
-    ) -> tuple[SchedulingResult, dict[str, ResolvedNodeClass]]:
+    ) -> tuple[SchedulingResult, solver.SolveReport | None, dict[str, ResolvedNodeClass]]:
         state = self.cluster_state(records)
-        return simulate_provisioning(state, pending, self.plane), dict(state.resolved)
+        result, report = simulate_provisioning(state, pending, self.plane)
+        return result, report, dict(state.resolved)
 
     def provision(self, renew_lease: Callable[[], bool] | None = None) -> ProvisioningResult:
         """Provision pending pods. ``renew_lease`` is called before each launch; when it fails, another
@@ -284,10 +363,27 @@ class Provisioner:
         )
         records = plane.store.list()
         started = time.perf_counter()  # compute time, not control-plane time: the clock may be virtual
-        result, resolved = self.schedule(pending, records)
+        # As ``schedule``, keeping the state: NodePool Events need what it says about NodePools.
+        state = self.cluster_state(records)
+        result, report = simulate_provisioning(state, pending, plane)
+        resolved = state.resolved
         metrics.add_metric(
             name=MetricName.SOLVE_DURATION, unit=MetricUnit.Seconds, value=time.perf_counter() - started
         )
+        if report is not None:
+            metrics.add_metric(
+                name=MetricName.SOLVE_COST_GAP, unit=MetricUnit.Percent, value=round(100 * report.gap, 3)
+            )
+            logger.info(
+                Msg.SOLVED_PLACEMENT,
+                extra={
+                    "cost-per-hour": round(report.cost, 4),
+                    "lower-bound-per-hour": round(report.lower_bound, 4),
+                    "gap-percent": round(100 * report.gap, 2),
+                    "first-fit-cost-per-hour": round(report.ffd_cost, 4),
+                    "solver-seconds": round(report.seconds, 3),
+                },
+            )
         outcome.unschedulable = result.unschedulable
         if result.new_nodeclaims:
             logger.info(
@@ -302,6 +398,8 @@ class Provisioner:
             message = explain(reasons)
             logger.warning(Msg.COULD_NOT_SCHEDULE_POD, extra={"pod": pod_key, "reason": message})
             plane.kube.record_event(by_key[pod_key], "FailedProvisioning", message, "Warning")
+        for warning in nodepool_warnings(state, result.unschedulable):
+            plane.kube.record_event(warning.nodepool, warning.reason, warning.message, "Warning")
         metrics.add_metric(
             name=MetricName.PODS_UNSCHEDULABLE, unit=MetricUnit.Count, value=len(result.unschedulable)
         )

@@ -10,7 +10,10 @@ that carry the term (owners). A node holding an owner may hold at most ``cap`` p
   ``maxSkew`` matching pods on each new node, every placement keeps the skew within ``maxSkew``
   whatever the other nodes hold, so the rule is safe (if sometimes stricter than needed).
 
-Zonal constraints are kept by never moving a pod out of the zone set its NodeClaim had. Constraints
+Zonal constraints are kept by never moving a pod out of the zone set its NodeClaim had, when the pod
+carries a zonal term (spread, affinity or anti-affinity on a zone key) or some pod's zonal term selects
+it: the scheduler counted it in that zone. Every other pod may go to any zone its own node selector
+and affinity allow, so it can fill a node the zonal pods pinned to any zone. Constraints
 the solver cannot keep while moving pods (hostname pod affinity, other topology keys) make the pod
 *pinned*: its NodeClaim stays as the first-fit scheduler made it.
 """
@@ -83,6 +86,9 @@ class NodeClass:
 class PodConstraints:
     owned: tuple[NodeClass, ...]
     pinned_reason: str | None
+    # Selectors of the pod's own zonal terms; a pod with any keeps its claim's zones, as does a pod
+    # they select.
+    zonal: tuple[Selector, ...] = ()
 
 
 def _namespaces(term: Mapping[str, Any], namespace: str) -> frozenset[str] | None:
@@ -99,12 +105,14 @@ def pod_constraints(pod: Mapping[str, Any]) -> PodConstraints:
     labels = meta.get("labels") or {}
     spec = pod.get("spec") or {}
     owned: list[NodeClass] = []
+    zonal: list[Selector] = []
     affinity = spec.get("affinity") or {}
     for term in (affinity.get("podAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or ():
         if term.get("topologyKey") not in ZONAL_KEYS:
             return PodConstraints((), f"pod affinity on {term.get('topologyKey')}")
+        zonal.append(Selector.from_term(term.get("labelSelector"), _namespaces(term, namespace), {}))
     for term in (affinity.get("podAntiAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or ():
@@ -112,19 +120,38 @@ def pod_constraints(pod: Mapping[str, Any]) -> PodConstraints:
         if key == wk.HOSTNAME:
             selector = Selector.from_term(term.get("labelSelector"), _namespaces(term, namespace), {})
             owned.append(NodeClass(selector, 1, exclusive=True))
-        elif key not in ZONAL_KEYS:
+        elif key in ZONAL_KEYS:
+            zonal.append(Selector.from_term(term.get("labelSelector"), _namespaces(term, namespace), {}))
+        else:
             return PodConstraints((), f"pod anti-affinity on {key}")
     for constraint in spec.get("topologySpreadConstraints") or ():
         if constraint.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
             continue
         key = constraint.get("topologyKey")
+        extra = {k: labels[k] for k in constraint.get("matchLabelKeys") or () if k in labels}
+        selector = Selector.from_term(constraint.get("labelSelector"), frozenset({namespace}), extra)
         if key == wk.HOSTNAME:
-            extra = {k: labels[k] for k in constraint.get("matchLabelKeys") or () if k in labels}
-            selector = Selector.from_term(constraint.get("labelSelector"), frozenset({namespace}), extra)
             owned.append(NodeClass(selector, max(1, int(constraint.get("maxSkew") or 1))))
-        elif key not in ZONAL_KEYS:
+        elif key in ZONAL_KEYS:
+            zonal.append(selector)
+        else:
             return PodConstraints((), f"topology spread on {key}")
-    return PodConstraints(tuple(owned), None)
+    return PodConstraints(tuple(owned), None, tuple(zonal))
+
+
+def zone_bound(pods: Sequence[Mapping[str, Any]], constraints: Sequence[PodConstraints]) -> list[bool]:
+    """Per pod: must it stay in its claim's zones (it has a zonal term, or a zonal term selects it)?"""
+    selectors = {s for c in constraints for s in c.zonal}
+    out = []
+    for pod, c in zip(pods, constraints, strict=True):
+        if c.zonal:
+            out.append(True)
+            continue
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        labels = meta.get("labels") or {}
+        out.append(any(s.matches(namespace, labels) for s in selectors))
+    return out
 
 
 def memberships(

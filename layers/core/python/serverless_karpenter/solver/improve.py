@@ -5,16 +5,23 @@ scheduler's claims are valid), plus a report of its cost and a proven lower boun
 
 - NodeClaims whose pods carry constraints the solver cannot keep while moving them (see
   :mod:`.constraints`), and NodePools with limits, stay exactly as the scheduler made them.
-- The other claims are grouped by NodePool and requirements, so every pod keeps the zone set and the
-  instance-type restrictions its claim had. Each group is repacked (see :mod:`.packing`); the packing
-  replaces the group's claims if it is cheaper, or if a claim of the group breaks a per-node rule
-  (from a scheduler that does not honour hostname anti-affinity or spread).
+- The other claims are grouped by NodePool and requirements other than the zone, so every pod keeps
+  the instance-type restrictions its claim had. A pod keeps its claim's zone set only when the
+  scheduler's zonal counting depends on where it is (it has a zonal term, or one selects it); any other
+  pod may go to any zone its NodePool and node selector allow. A new node holds only pods whose zone
+  sets meet and is pinned to their intersection, so the nodes that hostname anti-affinity forces carry
+  the zonal pods of any zone. Each group is repacked (see :mod:`.packing`); the packing replaces the
+  group's claims if it is cheaper, or if a claim of the group breaks a per-node rule (from a scheduler
+  that does not honour hostname anti-affinity or spread).
+- The bound (see :mod:`.bound`) counts of each node only what the pods can use: its room rounded down
+  to the gcd of their requests.
 - Each new claim carries every type that fits it, cheapest first, truncated as Karpenter does for
   CreateFleet, with minValues kept.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,9 +42,14 @@ from serverless_karpenter.scheduling.scheduler import (
     offering_allowed,
 )
 from serverless_karpenter.solver.bound import dual_bound
-from serverless_karpenter.solver.constraints import NodeClass, memberships, pod_constraints
-from serverless_karpenter.solver.packing import NodeOption, Vector, best_packing
+from serverless_karpenter.solver.constraints import NodeClass, memberships, pod_constraints, zone_bound
+from serverless_karpenter.solver.packing import ANY_ZONE, NodeOption, Vector, best_packing
 
+# The time the solver may take grows with the batch (0.4 ms a pod, at least 0.2 s) up to 1.5 s, so small
+# batches stay fast and a 5,000-pod burst still places at well over 1,000 pods/s end to end.
+MAX_TIME_BUDGET_S = 1.5
+MIN_TIME_BUDGET_S = 0.2
+BUDGET_PER_POD_S = 0.0004
 # How many main types each group tries, best dual ratio first.
 CANDIDATE_TYPES = 6
 _CAPACITY_RANK = {wk.CAPACITY_TYPE_RESERVED: 0, wk.CAPACITY_TYPE_SPOT: 1, wk.CAPACITY_TYPE_ON_DEMAND: 2}
@@ -55,6 +67,10 @@ class SolveReport:
     # Scheduler claims that broke a per-node rule (hostname anti-affinity or spread) and were replaced
     # even where the valid packing costs more: correctness before cost.
     repaired_claims: int = 0
+
+
+def default_budget(pods: int) -> float:
+    return min(MAX_TIME_BUDGET_S, max(MIN_TIME_BUDGET_S, BUDGET_PER_POD_S * pods))
 
 
 def claim_cost(claim: NewNodeClaim) -> float:
@@ -78,13 +94,59 @@ def _min_price(requirements: Requirements, it: InstanceTypeLike) -> float | None
     return min(prices) if prices else None
 
 
-def _room(it: InstanceTypeLike, overhead: Mapping[str, int], dims: Sequence[str]) -> Vector | None:
-    room = tuple(it.allocatable.get(d, 0) - overhead.get(d, 0) for d in dims)
+def _room(
+    it: InstanceTypeLike, overhead: Mapping[str, int], dims: Sequence[str], grain: Sequence[int]
+) -> Vector | None:
+    """What pods can use of a node: allocatable less the DaemonSets, rounded down to ``grain``.
+
+    Every request of the pods being placed is a multiple of the grain (their gcd) in its dimension, so
+    no set of them can use the remainder: dropping it changes no placement, and it tightens the bound
+    (1930m of cpu is 1900m to pods that ask in steps of 50m)."""
+    room = tuple(
+        (it.allocatable.get(d, 0) - overhead.get(d, 0)) // g * g for d, g in zip(dims, grain, strict=True)
+    )
     return None if any(r < 0 for r in room) else room
 
 
+def _grain(vectors: Sequence[Vector], dims: int) -> tuple[int, ...]:
+    return tuple(math.gcd(*(v[d] for v in vectors)) or 1 for d in range(dims))
+
+
+def _claim_zones(claim: NewNodeClaim) -> frozenset[str] | None:
+    """The zones a claim allows, or None when it says nothing of zones (any zone)."""
+    requirement = claim.requirements.get(wk.ZONE)
+    if requirement.operator() == "Exists":
+        return None
+    return requirement.values()
+
+
+def _pod_zones(
+    pod: Mapping[str, Any], claim: NewNodeClaim, pool: NodePoolTemplate | None, zone_bound: bool
+) -> frozenset[str] | None:
+    """The zones a pod may go to when repacked (None: any). Its claim's, when the scheduler's zonal
+    counts depend on where it is; otherwise whatever its NodePool and its own node selector allow."""
+    node_affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    terms = (node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms"
+    ) or ()
+    if zone_bound or pool is None or len(terms) > 1:  # ORed terms: the scheduler chose one; keep it
+        return _claim_zones(claim)
+    allowed = pool.requirements.get(wk.ZONE).intersection(Requirements.from_pod(pod).get(wk.ZONE))
+    if allowed.operator() == "In":
+        return allowed.values()
+    if allowed.operator() == "Exists":
+        return None
+    return _claim_zones(claim)
+
+
+def _zones_mergeable(claim: NewNodeClaim) -> bool:
+    """Claims whose zone rule is a plain list (or absent) can share nodes across zone sets."""
+    return claim.requirements.get(wk.ZONE).operator() in ("In", "Exists")
+
+
 def _group_key(claim: NewNodeClaim) -> tuple[str, frozenset[Requirement]]:
-    return claim.nodepool, frozenset(r for key, r in claim.requirements.items() if key != wk.HOSTNAME)
+    dropped = {wk.HOSTNAME, wk.ZONE} if _zones_mergeable(claim) else {wk.HOSTNAME}
+    return claim.nodepool, frozenset(r for key, r in claim.requirements.items() if key not in dropped)
 
 
 def improve(
@@ -104,6 +166,13 @@ def improve(
 
     claim_pods = [by_key[k] for c in claims for k in c.pods if k in by_key]
     constraints = [pod_constraints(p) for p in claim_pods]
+    bound = dict(zip((podlib.key(p) for p in claim_pods), zone_bound(claim_pods, constraints), strict=True))
+    zones_of = {
+        k: _pod_zones(by_key[k], claim, pools.get(claim.nodepool), bound[k])
+        for claim in claims
+        for k in claim.pods
+        if k in by_key
+    }
     classes, member_of = memberships(claim_pods, constraints)
     pod_index = {podlib.key(p): i for i, p in enumerate(claim_pods)}
     requests = [podlib.requests(p) for p in claim_pods]
@@ -113,7 +182,8 @@ def improve(
     )
     vectors: list[Vector] = [tuple(r.get(d, 0) for d in dims) for r in requests]
 
-    lower_bound = _lower_bound(vectors, member_of, classes, templates, dims)
+    grain = _grain(vectors, len(dims))
+    lower_bound = _lower_bound(vectors, member_of, classes, templates, dims, grain)
 
     pinned: list[NewNodeClaim] = []
     groups: dict[tuple[str, frozenset[Requirement]], list[NewNodeClaim]] = {}
@@ -142,6 +212,7 @@ def improve(
             group,
             pools[pool_name],
             dims,
+            grain,
             vectors,
             member_of,
             caps,
@@ -149,6 +220,7 @@ def improve(
             requests_of,
             exclusive,
             classes,
+            zones_of,
             deadline,
         )
         invalid = [c for c in group if not _keeps_classes(c, pod_index, member_of, caps)]
@@ -164,7 +236,7 @@ def improve(
     report = SolveReport(
         cost=cost,
         lower_bound=lower_bound,
-        gap=(cost / lower_bound - 1.0) if lower_bound > 0 else 0.0,
+        gap=max(0.0, cost / lower_bound - 1.0) if lower_bound > 0 else 0.0,  # float noise at the optimum
         ffd_cost=ffd_cost,
         seconds=time.perf_counter() - started,
         repacked_claims=repacked,
@@ -199,6 +271,7 @@ def _lower_bound(
     classes: Sequence[NodeClass],
     templates: Sequence[NodePoolTemplate],
     dims: Sequence[str],
+    grain: Sequence[int],
 ) -> float:
     """Relax every pod to go on any NodePool's type at its cheapest allowed price: a bound for all."""
     if not vectors:
@@ -215,7 +288,7 @@ def _lower_bound(
     for pool in templates:
         for it in pool.instance_types:
             price = _min_price(pool.requirements, it)
-            room = _room(it, pool.daemon_overhead, dims)
+            room = _room(it, pool.daemon_overhead, dims, grain)
             if price is not None and room is not None:
                 columns.append((room, price))
     bound, _ = dual_bound(demand, min_nodes, columns)
@@ -226,6 +299,7 @@ def _repack(
     group: Sequence[NewNodeClaim],
     pool: NodePoolTemplate,
     dims: Sequence[str],
+    grain: Sequence[int],
     vectors: Sequence[Vector],
     member_of: Sequence[tuple[tuple[int, bool], ...]],
     caps: Sequence[int],
@@ -233,10 +307,24 @@ def _repack(
     requests_of: Mapping[str, resources.ResourceList],
     exclusive: frozenset[int],
     classes: Sequence[NodeClass],
+    zones_of: Mapping[str, frozenset[str] | None],
     deadline: float,
 ) -> tuple[list[NewNodeClaim], float] | None:
     template = group[0]
-    requirements = Requirements(r for key, r in template.requirements.items() if key != wk.HOSTNAME)
+    base = Requirements(r for key, r in template.requirements.items() if key not in (wk.HOSTNAME, wk.ZONE))
+    group_keys = [k for claim in group for k in claim.pods]
+    zone_sets = [zones_of[k] for k in group_keys]
+    universe = sorted(set().union(*(z for z in zone_sets if z is not None)))
+    if not _zones_mergeable(template):
+        requirements = base.add(template.requirements.get(wk.ZONE))
+    elif any(z is None for z in zone_sets):
+        requirements = base
+    else:
+        requirements = base.add(Requirement(wk.ZONE, "In", universe))
+    bit = {zone: 1 << i for i, zone in enumerate(universe)}
+    pod_zones = [ANY_ZONE if z is None else sum(bit[zone] for zone in z) for z in zone_sets]
+    if not _zones_mergeable(template) or all(mask == ANY_ZONE for mask in pod_zones):
+        pod_zones = []
     types: list[InstanceTypeLike] = []
     launch: list[tuple[int, float]] = []
     options: list[NodeOption] = []
@@ -244,7 +332,7 @@ def _repack(
         if instance_type_mismatch(requirements, it) is not None:
             continue
         choice = _launch_choice(requirements, it)
-        room = _room(it, pool.daemon_overhead, dims)
+        room = _room(it, pool.daemon_overhead, dims, grain)
         if choice is None or room is None:
             continue
         options.append(NodeOption(len(types), room, choice[1]))
@@ -253,7 +341,6 @@ def _repack(
     if not options:
         return None
     options.sort(key=lambda o: (o.price, o.index))
-    group_keys = [k for claim in group for k in claim.pods]
     members = [pod_index[k] for k in group_keys]
     group_vectors = [vectors[i] for i in members]
     group_membership = [member_of[i] for i in members]
@@ -263,7 +350,9 @@ def _repack(
         for cls, is_owner in membership:
             if is_owner and cls in exclusive and classes[cls].exclusive:
                 owners[cls] = owners.get(cls, 0) + 1
-    _, weights = dual_bound(demand, max(owners.values(), default=0), [(o.room, o.price) for o in options])
+    columns = [(o.room, o.price) for o in options]
+    min_nodes = max(owners.values(), default=0)
+    _, weights = dual_bound(demand, min_nodes, columns)
 
     def ratio(option: NodeOption) -> float:
         value = sum(w * r for w, r in zip(weights, (*option.room, 1), strict=True))
@@ -271,7 +360,16 @@ def _repack(
 
     candidates = sorted(options, key=lambda o: (ratio(o), o.price))[:CANDIDATE_TYPES]
     packed = best_packing(
-        group_vectors, group_membership, caps, candidates, options, deadline, weights, exclusive
+        group_vectors,
+        group_membership,
+        caps,
+        candidates,
+        options,
+        deadline,
+        weights,
+        exclusive,
+        pod_zones,
+        min_nodes,
     )
     if packed is None:
         return None
@@ -281,27 +379,44 @@ def _repack(
     cheapest = {o.index: _min_price(requirements, types[o.index]) or 0.0 for o in options}
     by_price = sorted((o.index for o in options), key=lambda i: (cheapest[i], types[i].name))
     rooms = {o.index: o.room for o in options}
+    # Per zone set a node can end in: its requirements, and the types offered there with what
+    # CreateFleet would buy of each (a handful of zone sets, so computed once each).
+    in_zones: dict[int, tuple[Requirements, dict[int, tuple[int, float]]]] = {
+        ANY_ZONE: (requirements, {o.index: launch[o.index] for o in options})
+    }
     out: list[NewNodeClaim] = []
     cost = 0.0
     for node in nodes:
         keys = [group_keys[i] for i in node.items]
         pod_requests = resources.merge(*(requests_of[k] for k in keys))
+        mask = node.zones if pod_zones else ANY_ZONE
+        if mask not in in_zones:
+            narrowed = base.add(Requirement(wk.ZONE, "In", [zone for zone in universe if mask & bit[zone]]))
+            choices = ((o.index, _launch_choice(narrowed, types[o.index])) for o in options)
+            in_zones[mask] = (narrowed, {i: choice for i, choice in choices if choice is not None})
+        node_requirements, node_launch = in_zones[mask]
         # Room is net of the daemonset overhead and covers every resource a pod here requests, so the
         # vector test is resources.fits(total, allocatable), only cheaper.
         used = node.used
-        fitting_index = [i for i in by_price if all(u <= r for u, r in zip(used, rooms[i], strict=True))]
+        fitting_index = [
+            i
+            for i in by_price
+            if i in node_launch and all(u <= r for u, r in zip(used, rooms[i], strict=True))
+        ]
+        if not fitting_index:
+            return None
         fitting = [types[i] for i in fitting_index]
-        cost += min(launch[i] for i in fitting_index)[1]
+        cost += min(node_launch[i] for i in fitting_index)[1]
         limit = MAX_INSTANCE_TYPES
-        if requirements.has_min_values():
+        if node_requirements.has_min_values():
             labels = [it.labels for it in fitting]
-            if requirements.check_min_values(labels) is not None:
+            if node_requirements.check_min_values(labels) is not None:
                 return None
-            limit = max(limit, requirements.min_values_prefix(labels) or 0)
+            limit = max(limit, node_requirements.min_values_prefix(labels) or 0)
         claim = NewNodeClaim(
             nodepool=template.nodepool,
             nodeclass=template.nodeclass,
-            requirements=requirements,
+            requirements=node_requirements,
             labels=dict(template.labels),
             taints=template.taints,
             daemon_overhead=overhead,
