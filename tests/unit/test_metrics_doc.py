@@ -1,4 +1,4 @@
-"""The metrics table in docs/operations.md and :class:`MetricName` name the same metrics, both ways."""
+"""The metrics table in the README and :class:`MetricName` name the same metrics, both ways."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from serverless_karpenter.observability import NAMESPACE, MetricName
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+DOC = Path(__file__).resolve().parents[2] / "README.md"
 TABLE = re.compile(r"<!-- metrics:start -->(.*?)<!-- metrics:end -->", re.DOTALL)
 
 
