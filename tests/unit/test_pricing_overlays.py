@@ -17,6 +17,7 @@ from serverless_karpenter.scheduling.scheduler import (
     choose_offering,
     nodepool_requirements,
 )
+from serverless_karpenter.solver import improve
 
 NODECLASS = ResolvedNodeClass(
     name="default",
@@ -81,7 +82,8 @@ def plan(overlays: list[dict[str, Any]], cpu: str, memory: str) -> str:
         "metadata": {"name": "web", "namespace": "default"},
         "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
     }
-    result = Scheduler([template]).solve([pod])
+    # The provisioner's own pipeline: first fit, then the cost solver, both on the overlaid prices.
+    result, _ = improve(Scheduler([template]).solve([pod]), [template], 1.0, [pod])
     assert not result.unschedulable
     chosen = choose_offering(result.new_nodeclaims[0])
     assert chosen is not None
