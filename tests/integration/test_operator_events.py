@@ -30,6 +30,11 @@ def _events(sim: Simulation, kind: str, name: str, reason: str) -> list[CoreV1Ev
     ]
 
 
+def _recorded(events: list[CoreV1Event]) -> int:
+    """How many times these were recorded: a repeat of the same Event raises its count."""
+    return sum(e.count or 1 for e in events)
+
+
 def _pointing_at(pool: dict[str, Any], nodeclass_name: str) -> dict[str, Any]:
     pool = copy.deepcopy(pool)
     pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] = nodeclass_name
@@ -61,7 +66,7 @@ def test_nodepools_without_a_ready_ec2nodeclass_get_a_warning_per_pass(tmp_path:
         sim.start()
         sim.run_for(5)  # the pods exist and the scheduler has marked them unschedulable
         before = {
-            name: len(_events(sim, "NodePool", name, reason))
+            name: _recorded(_events(sim, "NodePool", name, reason))
             for name, reason in (("missing", "NodeClassNotFound"), ("unready", "NodeClassNotReady"))
         }
         outcome = Provisioner(sim.plane).provision()
@@ -69,8 +74,8 @@ def test_nodepools_without_a_ready_ec2nodeclass_get_a_warning_per_pass(tmp_path:
 
         missing = _events(sim, "NodePool", "missing", "NodeClassNotFound")
         unready_events = _events(sim, "NodePool", "unready", "NodeClassNotReady")
-        assert len(missing) == before["missing"] + 1
-        assert len(unready_events) == before["unready"] + 1
+        assert _recorded(missing) == before["missing"] + 1
+        assert _recorded(unready_events) == before["unready"] + 1
         event = missing[-1]
         assert event.type == "Warning"
         assert event.message == 'EC2NodeClass "absent" not found on cluster'
@@ -107,14 +112,14 @@ def test_exhausted_limits_give_one_nodepool_warning_per_pass(tmp_path: Path) -> 
         sim.run_for(20)  # the first passes launch what the limits allow
         launched = [r for r in sim.plane.store.list() if r.nodepool == "capped"]
         assert launched
-        before = len(_events(sim, "NodePool", "capped", "LimitsExceeded"))
+        before = _recorded(_events(sim, "NodePool", "capped", "LimitsExceeded"))
         outcome = Provisioner(sim.plane).provision()
 
         assert not outcome.launched
         assert len(outcome.unschedulable) >= 2
         assert all("limits" in reasons["capped"] for reasons in outcome.unschedulable.values())
         events = _events(sim, "NodePool", "capped", "LimitsExceeded")
-        assert len(events) == before + 1, "one event for the pass, not one per pod"
+        assert _recorded(events) == before + 1, "one event for the pass, not one per pod"
         event = events[-1]
         assert event.type == "Warning"
         message = event.message or ""
@@ -144,13 +149,13 @@ def test_an_empty_node_with_do_not_disrupt_gets_disruption_blocked(tmp_path: Pat
         sim.kube.patch_node(node, {"metadata": {"annotations": {wk.DO_NOT_DISRUPT: "true"}}})
         sim.scale({"deployment": "default/web", "replicas": 0})
         sim.run_for(10)
-        before = len(_events(sim, "Node", node, "DisruptionBlocked"))
+        before = _recorded(_events(sim, "Node", node, "DisruptionBlocked"))
 
         run = run_disruption_pass(sim.plane)
 
         assert not run.decided and not run.expired
         events = _events(sim, "Node", node, "DisruptionBlocked")
-        assert len(events) == before + 1, "one event for the node in one pass"
+        assert _recorded(events) == before + 1, "one event for the node in one pass"
         event = events[-1]
         assert event.type == "Normal"
         assert event.message == f'Cannot disrupt Node: node {node} has annotation {wk.DO_NOT_DISRUPT}="true"'
@@ -158,5 +163,24 @@ def test_an_empty_node_with_do_not_disrupt_gets_disruption_blocked(tmp_path: Pat
         assert event.metadata.namespace == "default" and not event.involved_object.namespace
         current = sim.plane.store.get(record.name)
         assert current is not None and not current.is_deleting
+    finally:
+        sim.stop()
+
+
+def test_the_same_event_again_raises_the_count_of_one_event(tmp_path: Path) -> None:
+    sim = simulation(tmp_path, {"name": "event-count", "manifests": [nodepool(), nodeclass()], "steps": []})
+    try:
+        sim.start()
+        pool = _nodepool(sim, "default")
+        for _ in range(3):
+            sim.kube.record_event(
+                pool, "LimitsExceeded", "all available instance types exceed limits", "Warning"
+            )
+        sim.kube.record_event(pool, "LimitsExceeded", "another message", "Warning")
+        events = _events(sim, "NodePool", "default", "LimitsExceeded")
+        assert sorted((e.message, e.count) for e in events) == [
+            ("all available instance types exceed limits", 3),
+            ("another message", 1),
+        ]
     finally:
         sim.stop()

@@ -7,6 +7,7 @@ same shapes a user writes, and we skip the client's slow model deserialisation o
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -253,10 +254,17 @@ class KubernetesGateway:
             "namespace": meta.get("namespace"),
             "uid": meta.get("uid"),
         }
+        # The same event on the same object again is one Event with a higher count, as client-go's
+        # recorder aggregates them: a node blocked for an hour gets one DisruptionBlocked, not sixty.
+        identity = "\x00".join(
+            str(x)
+            for x in (reference["kind"], meta.get("uid") or meta.get("name"), reason, message, event_type)
+        )
+        name = f"{str(meta.get('name', 'object'))[:200]}.{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace},
             "involvedObject": {k: v for k, v in reference.items() if v},
             "reason": reason,
             "message": message[:1024],
@@ -268,4 +276,13 @@ class KubernetesGateway:
         }
         # An event is worth a try, never a failed reconcile.
         with contextlib.suppress(KubernetesError):
-            call(self.core.create_namespaced_event, namespace, body)
+            try:
+                call(self.core.create_namespaced_event, namespace, body)
+            except KubernetesError as error:
+                if error.status != 409:
+                    raise
+                existing = call(self.core.read_namespaced_event, name, namespace)
+                count = int(existing.get("count") or 1) + 1
+                call(
+                    self.core.patch_namespaced_event, name, namespace, {"count": count, "lastTimestamp": now}
+                )
