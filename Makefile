@@ -8,7 +8,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 PYTEST_WORKERS ?= 2
 
-.PHONY: install demo demo-keep test lint typecheck unit clean
+.PHONY: install demo demo-keep demo-stop test lint typecheck unit clean
 .DEFAULT_GOAL := demo
 
 $(STAMP): pyproject.toml
@@ -19,13 +19,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Prints the report (JSON on the last line of stdout) and exits, leaving the simulator running in the
+# background for `serverless-karpenter status --local`, `doctor --local` and `explain pod --local`; its
+# output goes to .serverless-karpenter/simulator.log, never to this target's stdout, so that whoever reads
+# the output until EOF gets it when `make demo` exits. A second `make demo` replaces it.
 demo: $(STAMP)
-	$(BIN)/serverless-karpenter simulate --scenario default --json
+	$(BIN)/serverless-karpenter simulate --scenario default --keep --detach --json
 
-# The same run, then the simulator stays up (until Ctrl-C) for `serverless-karpenter status --local`,
-# `doctor --local` and `explain pod --local` from another terminal. Not part of `demo`: it never exits.
+# The same, with the simulator in the foreground until Ctrl-C.
 demo-keep: $(STAMP)
 	$(BIN)/serverless-karpenter simulate --scenario default --keep
+
+demo-stop: $(STAMP)
+	$(BIN)/serverless-karpenter simulate --stop
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -40,7 +46,9 @@ test: lint typecheck
 unit: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) tests/unit
 
+# Stops the demo's simulator first: without its env file, nothing would find it to stop it.
 clean:
+	if [ -x $(BIN)/serverless-karpenter ]; then $(BIN)/serverless-karpenter simulate --stop; fi
 	rm -rf cdk.out .serverless-karpenter .pytest_cache .mypy_cache .ruff_cache
 
 -include Makefile.infra

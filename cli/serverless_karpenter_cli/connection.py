@@ -1,6 +1,6 @@
 """How the operator commands (status, explain, doctor) reach a cluster's control plane: a deployed
 stack (``--cluster``/``--region``), or the local simulator left running by ``simulate --keep``
-(``--local``)."""
+(``--local``; ``make demo`` leaves one in the background)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from serverless_karpenter.provisioning.context import ControlPlane
 
 # Written by `simulate --keep`: the environment that points our clients at the running simulator.
 LOCAL_ENV = Path(".serverless-karpenter") / "local-env"
+# In that file: the simulator's process, for `simulate --stop`.
+SIMULATOR_PID = "SERVERLESS_KARPENTER_SIMULATOR_PID"
 
 
 class ClusterNotFound(Exception):
@@ -27,7 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--local",
         action="store_true",
-        help=f"use the simulator left running by `serverless-karpenter simulate --keep` ({LOCAL_ENV})",
+        help=(
+            "use the simulator left running by `serverless-karpenter simulate --keep [--detach]` or "
+            f"`make demo` in this directory ({LOCAL_ENV})"
+        ),
     )
 
 
@@ -61,8 +66,8 @@ def connect(args: argparse.Namespace) -> ControlPlane:
     if getattr(args, "local", False):
         if not LOCAL_ENV.exists():
             raise ClusterNotFound(
-                f"{LOCAL_ENV} not found: start the simulator with `serverless-karpenter simulate --keep` "
-                "(or `make demo-keep`) in this directory first"
+                f"{LOCAL_ENV} not found: start the simulator with `serverless-karpenter simulate --keep "
+                "--detach` (or `make demo`) in this directory first"
             )
         os.environ.update(read_local_env())
         aws.reset_sessions()
