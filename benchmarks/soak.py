@@ -51,6 +51,9 @@ def fault_catalog() -> list[dict[str, Any]]:
         {"lambda": "crash", "after": "dynamodb.PutItem", "function": "provisioner"},
         {"lambda": "crash", "after": "ec2.CreateFleet", "function": "provisioner"},
         {"lambda": "crash", "after": "ec2.TerminateInstances", "function": "termination"},
+        # The interruption handler's first PutItem is Powertools' INPROGRESS record: the message comes back
+        # after the visibility timeout, and must then be acted on, not refused as still in progress.
+        {"lambda": "crash", "after": "dynamodb.PutItem", "function": "interruption"},
         {"lambda": "timeout", "function": "termination", "after_evictions": 1},
         {"crash": crashpoints.AFTER_NODECLAIM_WRITE},
         {"sqs": "duplicate", "times": 2},

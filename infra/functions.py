@@ -1,9 +1,11 @@
 """The five Lambda functions, their roles, log groups, schedules and SQS event sources, and the
 termination-work queue.
 
-Sizes and timeouts are in :data:`FUNCTION_SPECS`; memory can be overridden per cluster from the context
-(``<name>MemoryMb``). Environment variable names come from :class:`serverless_karpenter.config.Settings`,
-so a renamed setting fails the synth instead of a Lambda at run time.
+Sizes are in :data:`FUNCTION_SPECS`, timeouts and the interruption queue's settings in
+:mod:`serverless_karpenter.deployment` (which the local simulator reads too); memory can be overridden per
+cluster from the context (``<name>MemoryMb``). Environment variable names come from
+:class:`serverless_karpenter.config.Settings`, so a renamed setting fails the synth instead of a Lambda at
+run time.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+from serverless_karpenter import deployment
 from serverless_karpenter.config import Settings
 from serverless_karpenter.observability import NAMESPACE, SERVICE
 
@@ -30,14 +33,10 @@ from infra.paths import FUNCTIONS_DIR
 
 HANDLER = "handler.lambda_handler"
 SCHEDULE = events.Schedule.rate(Duration.minutes(1))
-# AWS's guidance for SQS event sources: visibility >= 6 x the function timeout, so that messages held
-# while the function is throttled are not redelivered (and counted towards the DLQ) too early.
-VISIBILITY_TIMEOUT_FACTOR = 6
 SQS_BATCH_SIZE = 10
 # Every scheduled or watcher-triggered run is superseded by the next one a minute later: an event that
 # waited longer than that (throttled behind the single running instance) is dropped, not replayed.
 ASYNC_MAX_EVENT_AGE = Duration.seconds(60)
-INTERRUPTION_MAX_RECEIVE_COUNT = 2
 # Redeliveries while the termination function (concurrency 1) is busy also count as receives.
 TERMINATION_MAX_RECEIVE_COUNT = 10
 TERMINATION_QUEUE_RETENTION = Duration.days(4)
@@ -48,9 +47,12 @@ class FunctionSpec:
     name: str
     description: str
     memory_mb: int
-    timeout: Duration
     reserved_concurrency: int | None
     scheduled: bool
+
+    @property
+    def timeout(self) -> Duration:
+        return Duration.seconds(deployment.FUNCTION_TIMEOUT_SECONDS[self.name])
 
 
 FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
@@ -58,7 +60,6 @@ FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
         name="watcher",
         description="Polls for provisionable pods and wakes the provisioner",
         memory_mb=256,
-        timeout=Duration.seconds(90),
         reserved_concurrency=1,
         scheduled=True,
     ),
@@ -66,7 +67,6 @@ FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
         name="provisioner",
         description="Solves, launches and reconciles NodeClaims",
         memory_mb=1024,
-        timeout=Duration.seconds(300),
         # With the DynamoDB lease, concurrency 1 makes it the single writer of capacity decisions.
         reserved_concurrency=1,
         scheduled=True,
@@ -75,9 +75,6 @@ FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
         name="interruption",
         description="Acts on EC2 interruption events",
         memory_mb=512,
-        # 20 s, not 60 s: the queue keeps messages 300 s (Karpenter's value), and with 6 x timeout
-        # visibility a failed message must be retried once and then reach the DLQ inside those 300 s.
-        timeout=Duration.seconds(20),
         reserved_concurrency=None,
         scheduled=False,
     ),
@@ -85,7 +82,6 @@ FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
         name="disruption",
         description="Emptiness, expiration, drift and consolidation",
         memory_mb=1024,
-        timeout=Duration.seconds(300),
         reserved_concurrency=1,
         scheduled=True,
     ),
@@ -93,7 +89,6 @@ FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
         name="termination",
         description="Drains nodes and terminates their instances",
         memory_mb=512,
-        timeout=Duration.seconds(300),
         reserved_concurrency=1,
         scheduled=True,
     ),
@@ -109,7 +104,7 @@ def setting_env(field: str) -> str:
 
 
 def queue_visibility(spec: FunctionSpec) -> Duration:
-    return Duration.seconds(int(spec.timeout.to_seconds()) * VISIBILITY_TIMEOUT_FACTOR)
+    return Duration.seconds(deployment.queue_visibility_timeout_seconds(spec.name))
 
 
 def construct_name(function_name: str) -> str:

@@ -93,7 +93,9 @@ class Capability(StrEnum):
     PARK_MALFORMED_INTERRUPTIONS = "park-malformed-interruptions"  # a message no retry can fix, to the DLQ
 
 
-# Who needs what. The SQS event sources add receive/delete on the queue each function consumes.
+# Who needs what. The SQS event sources add receive, delete and change-visibility on the queue each
+# function consumes; the interruption handler makes that last call itself too, to retry a failed message
+# within seconds (tests/infra/test_infra_stack.py checks that the grant is there, on that queue only).
 FUNCTION_CAPABILITIES: dict[str, frozenset[Capability]] = {
     # Lists pending pods and wakes the provisioner; it never touches the table.
     "watcher": frozenset({Capability.KUBERNETES_API, Capability.INVOKE_PROVISIONER}),

@@ -14,8 +14,9 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+from serverless_karpenter.deployment import INTERRUPTION_RETENTION_SECONDS
 
-RETENTION = Duration.seconds(300)
+RETENTION = Duration.seconds(INTERRUPTION_RETENTION_SECONDS)
 DEAD_LETTER_RETENTION = Duration.days(14)
 
 

@@ -8,12 +8,12 @@ from typing import Any
 
 from aws_cdk import CfnOutput, Environment, Stack, Tags
 from constructs import Construct
+from serverless_karpenter.deployment import INTERRUPTION_MAX_RECEIVE_COUNT
 
 from infra.access import ClusterAccess
 from infra.config import ClusterConfig
 from infra.functions import (
     FUNCTION_SPECS,
-    INTERRUPTION_MAX_RECEIVE_COUNT,
     SPECS_BY_NAME,
     ControlPlaneFunctions,
     TerminationWorkQueue,

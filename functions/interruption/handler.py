@@ -1,7 +1,8 @@
 """Interruption: EventBridge messages from the SQS queue, each acted on once (Idempotency by event id).
 
 A malformed message is parked in the DLQ with its reason and acknowledged; a transient failure is
-reported as a batch item failure so SQS delivers it again; the rest of the batch goes on.
+reported as a batch item failure so SQS delivers it again, within seconds rather than after the queue's
+visibility timeout; the rest of the batch goes on.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from serverless_karpenter import state_schema
 from serverless_karpenter.interruption.messages import EventEnvelope, MalformedMessage, parse_message
-from serverless_karpenter.interruption.usecases import act_on, park_malformed
+from serverless_karpenter.interruption.usecases import act_on, park_malformed, retry_failed_soon
 from serverless_karpenter.observability import logger, metrics, tracer
 from serverless_karpenter.runtime import control_plane
 
@@ -56,6 +57,8 @@ def record_handler(record: SQSRecord) -> dict[str, Any] | None:
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     logger.append_keys(cluster=control_plane().settings.cluster_name)
     idempotency.register_lambda_context(context)
-    return process_partial_response(
+    response = process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
+    retry_failed_soon(control_plane(), processor)
+    return response

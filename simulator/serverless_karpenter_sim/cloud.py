@@ -1,29 +1,88 @@
 """The simulated AWS account: moto in server mode on 127.0.0.1, seeded like a real cluster's account.
 
 Our code reaches it through ``AWS_ENDPOINT_URL`` exactly as it reaches AWS, so nothing in the control
-plane knows it is simulated.
+plane knows it is simulated. moto's SQS keeps its time on the simulation's clock (see :func:`sqs_on`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import logging
 import os
 import socket
+import threading
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+from moto.core import utils as moto_utils
 from moto.server import ThreadedMotoServer
 from serverless_karpenter import amifamily, state_schema
 from serverless_karpenter.adapters import aws
+from serverless_karpenter.clock import Clock
+from serverless_karpenter.deployment import (
+    INTERRUPTION_MAX_RECEIVE_COUNT,
+    INTERRUPTION_RETENTION_SECONDS,
+    INTERRUPTION_VISIBILITY_TIMEOUT_SECONDS,
+)
 from serverless_karpenter.interruption.rules import RULE_PATTERNS
 
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 KUBERNETES_VERSION = "1.31"
 ACCOUNT = "123456789012"
+# The names through which moto's SQS models read the time (imported from moto.core.utils).
+SQS_TIME_READERS = ("unix_time", "unix_time_millis")
+_SQS_TIME_STEP = 1e-5  # seconds between two readings of the clock by moto's SQS, at the least
+
+
+@contextlib.contextmanager
+def sqs_on(clock: Clock) -> Iterator[None]:
+    """moto's SQS reads the time from ``clock`` while inside.
+
+    SQS is all timing: visibility timeouts, a consumer's ChangeMessageVisibility, delays, retention, and
+    the receive count that sends a message to the DLQ. The simulation runs on virtual time (hours in
+    minutes), moto on the wall clock; rather than keep a second, virtual-time copy of SQS's bookkeeping in
+    the simulator (which would have to spot, and re-time, every visibility change a handler makes), moto's
+    own models are put on the simulation's clock. A failed message then stays hidden for the queue's
+    visibility timeout, or for whatever the handler asked for, in virtual seconds, exactly as SQS and the
+    Lambda event source would treat it. Only SQS is rebound: moto's other services keep the wall clock.
+
+    The virtual clock stands still while a tick's work is done, but SQS needs time to pass between two
+    calls: moto shows a message again only once the time is past its visibility, so a visibility set to
+    0 would otherwise hide the message until the next tick. Each reading is therefore at least a few
+    microseconds after the one before; that never accumulates, as readings follow the clock again as soon
+    as it moves on.
+    """
+    from moto.sqs import models
+
+    for name in SQS_TIME_READERS:
+        if not callable(vars(models).get(name)):
+            # moto changed how its SQS reads the time: fail rather than silently run SQS on the wall clock.
+            raise RuntimeError(f"moto.sqs.models no longer reads the time as {name}(); update {__name__}")
+    lock = threading.Lock()
+    last = 0.0
+
+    def unix_time(dt: datetime.datetime | None = None) -> float:
+        nonlocal last
+        if dt is not None:
+            return moto_utils.unix_time(dt)
+        with lock:  # moto's server answers on several threads
+            last = max(clock.now().timestamp(), last + _SQS_TIME_STEP)
+            return last
+
+    def unix_time_millis(dt: datetime.datetime | None = None) -> float:
+        return unix_time(dt) * 1000.0
+
+    vars(models).update(unix_time=unix_time, unix_time_millis=unix_time_millis)
+    try:
+        yield
+    finally:
+        vars(models).update({name: getattr(moto_utils, name) for name in SQS_TIME_READERS})
 
 
 def free_port() -> int:
@@ -42,22 +101,27 @@ class CloudResources:
     table_name: str = ""
     queue_url: str = ""
     queue_arn: str = ""
+    # Seconds a received message stays hidden unless its consumer changes that (virtual time, as all SQS's).
+    queue_visibility_timeout: int = 0
     dlq_url: str = ""
     node_role_name: str = ""
     amis: dict[str, str] = field(default_factory=dict)
 
 
 class SimulatedCloud:
-    def __init__(self, cluster_name: str, region: str = REGION) -> None:
+    def __init__(self, cluster_name: str, clock: Clock, region: str = REGION) -> None:
         self.cluster_name = cluster_name
+        self.clock = clock
         self.region = region
         self._server: ThreadedMotoServer | None = None
         self.resources: CloudResources | None = None
         self._saved_environment: dict[str, str | None] = {}
+        self._sqs_clock = contextlib.ExitStack()
 
     def start(self) -> CloudResources:
         # werkzeug logs every request to stderr; the simulator has its own progress display.
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self._sqs_clock.enter_context(sqs_on(self.clock))
         port = free_port()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self._server.start()
@@ -95,6 +159,7 @@ class SimulatedCloud:
                 self._reset(self.resources.endpoint_url)
             self._server.stop()
             self._server = None
+        self._sqs_clock.close()
         # Leave the process as it was: later code must not reach a server that is gone.
         for name, value in self._saved_environment.items():
             if value is None:
@@ -205,16 +270,20 @@ class SimulatedCloud:
         dlq_arn = sqs.get_queue_attributes(QueueUrl=res.dlq_url, AttributeNames=["QueueArn"])["Attributes"][
             "QueueArn"
         ]
+        redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(INTERRUPTION_MAX_RECEIVE_COUNT)}
         res.queue_url = sqs.create_queue(
             QueueName=f"{name}-interruption",
             Attributes={
-                "MessageRetentionPeriod": "300",
-                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "5"}),
+                "MessageRetentionPeriod": str(INTERRUPTION_RETENTION_SECONDS),
+                "VisibilityTimeout": str(INTERRUPTION_VISIBILITY_TIMEOUT_SECONDS),
+                "RedrivePolicy": json.dumps(redrive),
             },
         )["QueueUrl"]
-        res.queue_arn = sqs.get_queue_attributes(QueueUrl=res.queue_url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
+        attributes = sqs.get_queue_attributes(
+            QueueUrl=res.queue_url, AttributeNames=["QueueArn", "VisibilityTimeout"]
+        )["Attributes"]
+        res.queue_arn = attributes["QueueArn"]
+        res.queue_visibility_timeout = int(attributes["VisibilityTimeout"])
         events = self.client("events")
         for rule_id, pattern in RULE_PATTERNS.items():
             rule = f"{name}-{rule_id}"

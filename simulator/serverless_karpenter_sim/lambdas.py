@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
+import importlib
 import importlib.util
 import io
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TextIO
+from typing import Any, Self, TextIO
+
+from serverless_karpenter.clock import Clock
+from serverless_karpenter.deployment import FUNCTION_TIMEOUT_SECONDS
 
 FUNCTIONS = ("watcher", "provisioner", "interruption", "termination", "disruption")
+# Powertools' idempotency modules, which read the time as ``dt.datetime.now()`` (``import datetime as
+# dt``): when an INPROGRESS record expires, and when a record's idempotency window ends.
+POWERTOOLS_TIME_READERS = (
+    "aws_lambda_powertools.utilities.idempotency.base",
+    "aws_lambda_powertools.utilities.idempotency.persistence.base",
+    "aws_lambda_powertools.utilities.idempotency.persistence.dynamodb",
+    "aws_lambda_powertools.utilities.idempotency.persistence.datarecord",
+)
 
 
 def functions_dir() -> Path:
@@ -29,12 +43,20 @@ def functions_dir() -> Path:
 
 @dataclass
 class LambdaContext:
-    """The parts of the Lambda context object our handlers and Powertools read."""
+    """The parts of the Lambda context object our handlers and Powertools read.
+
+    The invocation's deadline is on ``clock`` (the simulation's virtual time), as Lambda's is on real time.
+    """
 
     function_name: str
+    clock: Clock
+    timeout_seconds: int
     memory_limit_in_mb: int = 1024
-    timeout_seconds: int = 300
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    started_at: datetime.datetime = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.started_at = self.clock.now()
 
     @property
     def invoked_function_arn(self) -> str:
@@ -53,7 +75,8 @@ class LambdaContext:
         return "local"
 
     def get_remaining_time_in_millis(self) -> int:
-        return self.timeout_seconds * 1000
+        elapsed = (self.clock.now() - self.started_at).total_seconds()
+        return max(0, int((self.timeout_seconds - elapsed) * 1000))
 
 
 def load_handler(name: str) -> ModuleType:
@@ -69,15 +92,65 @@ def load_handler(name: str) -> ModuleType:
     return module
 
 
-class LambdaRuntime:
-    """Invokes handlers by name; their stdout (JSON logs and EMF metrics) goes to ``log``."""
+def virtual_datetime_module(clock: Clock) -> ModuleType:
+    """The ``datetime`` module, but with ``datetime.now()`` on ``clock``."""
 
-    def __init__(self, cluster_name: str, log: TextIO | None = None) -> None:
+    class VirtualDatetime(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> Self:
+            # As datetime.now(): naive local time without ``tz``.
+            return cls.fromtimestamp(clock.now().timestamp(), tz)
+
+    module = ModuleType("datetime", datetime.__doc__)
+    vars(module).update({k: v for k, v in vars(datetime).items() if not k.startswith("__")})
+    module.datetime = VirtualDatetime  # type: ignore[attr-defined]
+    return module
+
+
+@contextlib.contextmanager
+def powertools_on(clock_module: ModuleType) -> Iterator[None]:
+    """Powertools' idempotency layer reads the time from ``clock_module`` while inside.
+
+    Powertools judges an INPROGRESS record expired once the crashed invocation's remaining time has passed
+    on the wall clock; its config takes no clock. On virtual time the redelivery of a crashed invocation's
+    message comes a visibility timeout later in virtual seconds but mere milliseconds later on the wall, so
+    on the wall clock every redelivery would be refused as "already in progress" until the redrive policy
+    dropped the message. Rebinding the ``dt`` name of just those modules, only while a handler runs, puts
+    that judgement on the simulation's clock without touching the handler or the time of anything else.
+    """
+    saved: list[tuple[ModuleType, ModuleType]] = []
+    for name in POWERTOOLS_TIME_READERS:
+        module = importlib.import_module(name)
+        current = vars(module).get("dt")
+        if not isinstance(current, ModuleType) or current.__name__ != "datetime":
+            # Powertools changed how it reads the time: fail rather than silently judge on the wall clock.
+            raise RuntimeError(f"{name} no longer reads the time as dt.datetime.now(); update {__name__}")
+        saved.append((module, current))
+    try:
+        for module, _ in saved:
+            vars(module)["dt"] = clock_module
+        yield
+    finally:
+        for module, current in saved:
+            vars(module)["dt"] = current
+
+
+class LambdaRuntime:
+    """Invokes handlers by name on ``clock``; their stdout (JSON logs and EMF metrics) goes to ``log``."""
+
+    def __init__(self, cluster_name: str, clock: Clock, log: TextIO | None = None) -> None:
         self.cluster_name = cluster_name
+        self.clock = clock
         self.log: TextIO = log or io.StringIO()
         self.handlers: dict[str, ModuleType] = {}
         self.invocations: dict[str, int] = {}
         self.errors: dict[str, int] = {}
+        self._virtual_datetime = virtual_datetime_module(clock)
+
+    @staticmethod
+    def timeout_seconds(name: str) -> int:
+        """The function's timeout as the stack deploys it."""
+        return FUNCTION_TIMEOUT_SECONDS[name]
 
     def handler(self, name: str) -> ModuleType:
         if name not in self.handlers:
@@ -86,9 +159,13 @@ class LambdaRuntime:
 
     def invoke(self, name: str, event: dict[str, Any]) -> Any:
         module = self.handler(name)
-        context = LambdaContext(function_name=f"{self.cluster_name}-{name}")
+        context = LambdaContext(
+            function_name=f"{self.cluster_name}-{name}",
+            clock=self.clock,
+            timeout_seconds=self.timeout_seconds(name),
+        )
         self.invocations[name] = self.invocations.get(name, 0) + 1
-        with contextlib.redirect_stdout(self.log):
+        with contextlib.redirect_stdout(self.log), powertools_on(self._virtual_datetime):
             try:
                 return module.lambda_handler(event, context)
             except Exception:

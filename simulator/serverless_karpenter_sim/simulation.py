@@ -170,9 +170,9 @@ class Simulation:
         self.start_time = datetime.now(UTC).replace(microsecond=0)
         self.clock = ManualClock(self.start_time)
         self.cluster_name = scenario.cluster_name
-        self.cloud = SimulatedCloud(self.cluster_name)
+        self.cloud = SimulatedCloud(self.cluster_name, self.clock)
         self.kube_server = KubeApiServer(self.clock)
-        self.lambdas = LambdaRuntime(self.cluster_name, log)
+        self.lambdas = LambdaRuntime(self.cluster_name, self.clock, log)
         self.timeline: list[TimelineEntry] = []
         self.events_handled = 0
         self.launch_order: list[str] = []  # nodeclaim names in launch order
@@ -189,6 +189,13 @@ class Simulation:
     @property
     def elapsed(self) -> float:
         return (self.clock.now() - self.start_time).total_seconds()
+
+    @property
+    def interruption_visibility_timeout(self) -> int:
+        """Seconds of virtual time a received interruption message stays hidden, unless the handler shortens
+        it, before SQS delivers it again."""
+        assert self.resources is not None, "start the simulation first"
+        return self.resources.queue_visibility_timeout
 
     def note(self, what: str) -> None:
         self.timeline.append(TimelineEntry(round(self.elapsed, 1), what))
@@ -365,12 +372,13 @@ class Simulation:
         return False
 
     def _deliver_interruptions(self) -> None:
+        """What the Lambda SQS event source does: receive a batch, with the queue's own visibility timeout,
+        invoke, delete what succeeded. A failed or crashed batch's messages are left as they are: moto's
+        SQS, on the simulation's clock (``cloud.sqs_on``), shows them again when their visibility ends,
+        the queue's or the one the handler set."""
         assert self.resources is not None
         response = self.sqs.receive_message(
-            QueueUrl=self.resources.queue_url,
-            MaxNumberOfMessages=10,
-            AttributeNames=["All"],
-            VisibilityTimeout=30,
+            QueueUrl=self.resources.queue_url, MaxNumberOfMessages=10, AttributeNames=["All"]
         )
         messages = response.get("Messages") or []
         if not messages:
@@ -396,18 +404,20 @@ class Simulation:
             else {m["MessageId"] for m in messages}
         )
         for message in messages:
-            if message["MessageId"] in failed:
-                # Visible again at once: SQS redelivers it, and moves it to the DLQ after maxReceiveCount.
-                self.sqs.change_message_visibility(
-                    QueueUrl=self.resources.queue_url,
-                    ReceiptHandle=message["ReceiptHandle"],
-                    VisibilityTimeout=0,
-                )
-            else:
+            if message["MessageId"] not in failed:
                 self.sqs.delete_message(
                     QueueUrl=self.resources.queue_url, ReceiptHandle=message["ReceiptHandle"]
                 )
                 self.events_handled += 1
+
+    def interruption_messages_queued(self) -> int:
+        """Messages on the interruption queue, visible or hidden (in flight, or waiting to be retried)."""
+        assert self.resources is not None
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.resources.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return sum(int(v) for v in attributes.values())
 
     def tick(self) -> None:
         now = self.clock.now()
@@ -450,6 +460,8 @@ class Simulation:
             self.tick()
 
     def settled(self) -> bool:
+        if self.interruption_messages_queued():  # an interruption message still to be delivered (again)
+            return False
         pods = [p for p in self.kube.list_pods() if not podlib.is_terminal(p)]
         if any(p.get("status", {}).get("phase") != "Running" for p in pods):
             return False

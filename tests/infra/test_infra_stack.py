@@ -208,6 +208,27 @@ def test_sqs_visibility_is_at_least_six_times_the_consumer_timeout(
         assert props["BatchSize"] == 10
 
 
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_only_the_interruption_function_may_change_visibility_on_its_queue(
+    synthesized: Synthesized, cluster: str
+) -> None:
+    # The handler shortens the visibility of the messages that failed, so they are retried within seconds.
+    template = synthesized.templates[cluster]
+    queue_id, _ = queue_by_prefix(template, "InterruptionQueue")
+    for name, (logical_id, _) in functions_by_name(template).items():
+        role = role_of_function(template, logical_id)
+        resources = {
+            render(resource)
+            for statement in identity_statements_of_role(template, role)
+            if "sqs:ChangeMessageVisibility" in as_list(statement["Action"])
+            for resource in as_list(statement["Resource"])
+        }
+        if name == "interruption":
+            assert resources == {f"<{queue_id}.Arn>"}
+        else:
+            assert f"<{queue_id}.Arn>" not in resources, name
+
+
 # -- state --------------------------------------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
 """Acceptance 3 of issue 6, through the simulator: at-most-once effect for duplicates, malformed messages
-to the DLQ beside valid ones, transient Kubernetes API failures retried as batch item failures."""
+to the DLQ beside valid ones, transient failures reported as batch item failures and retried within
+seconds (or, should that fail, after the queue's visibility timeout)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kubernetes import client as k8s
 from serverless_karpenter import crashpoints
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.clock import to_rfc3339
+from serverless_karpenter.interruption.usecases import RETRY_FIRST_DELAY_SECONDS
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import Msg
 from serverless_karpenter_sim.scenario import load_scenario
@@ -75,14 +77,16 @@ def test_duplicates_malformed_and_transient_failures(sim: Simulation) -> None:
     assert first.node_name and second.node_name and third.node_name
     queue = sim.resources.queue_url if sim.resources else ""
 
-    # A transient Kubernetes API failure (503 on the Node delete) fails that message only; SQS
-    # delivers it again and the retry finishes the job.
+    # A transient Kubernetes API failure (503 on the Node delete) fails that message only; the handler
+    # shortens its visibility, so SQS delivers it again within seconds, well inside the spot warning's two
+    # minutes, and the retry finishes the job.
     fault = sim.kube_server.faults.add(verb="delete", resource="nodes", name=first.node_name, status=503)
     sim.send_raw(envelope(sim, "EC2 Spot Instance Interruption Warning", first.instance_id))
     sim.tick()
     assert fault.injected == 1
     assert sim.events_handled == 0  # reported as a batch item failure, left on the queue
-    sim.tick()
+    assert sim.interruption_messages_queued() == 1
+    sim.run_for(RETRY_FIRST_DELAY_SECONDS + sim.schedule.tick_seconds)
     assert sim.events_handled == 1
     node = sim.kube.get_node(first.node_name)
     assert node is None or node["metadata"].get("deletionTimestamp")
@@ -92,6 +96,7 @@ def test_duplicates_malformed_and_transient_failures(sim: Simulation) -> None:
     duplicate = envelope(sim, "EC2 Spot Instance Interruption Warning", second.instance_id, "dup-event-1")
     sim.send_raw(duplicate)
     sim.tick()
+    assert sim.events_handled == 2
     sim.send_raw(duplicate)
     sim.tick()
     assert sim.events_handled == 3
@@ -133,11 +138,32 @@ def test_duplicates_malformed_and_transient_failures(sim: Simulation) -> None:
     sim.tick()
     assert sim.faults.injected["dynamodb/throttle"] == 1
     assert sim.events_handled == 5
-    sim.tick()
+    sim.run_for(RETRY_FIRST_DELAY_SECONDS + sim.schedule.tick_seconds)
     assert sim.events_handled == 6
+
+    # If shortening the visibility fails too, the message is not lost: it waits out the queue's
+    # visibility timeout, as after a crash, and is acted on then.
+    sim.faults.arm({"dynamodb": "throttle", "operation": "Query", "function": "interruption"})
+    sim.faults.arm(
+        {
+            "aws": {"service": "sqs", "operation": "ChangeMessageVisibilityBatch", "error": "InternalError"},
+            "function": "interruption",
+        }
+    )
+    sim.send_raw(envelope(sim, "EC2 Instance Rebalance Recommendation", third.instance_id))
+    sim.tick()
+    failed_at = sim.elapsed - sim.schedule.tick_seconds  # the tick's work happened before its advance
+    assert sim.faults.injected["dynamodb/throttle"] == 2
+    assert sim.faults.injected["aws/InternalError"] == 1
+    assert sim.events_handled == 6
+    sim.run_for(failed_at + sim.interruption_visibility_timeout - sim.elapsed)
+    assert sim.events_handled == 6  # hidden until the queue's visibility timeout is over
+    sim.run_for(2 * sim.schedule.tick_seconds)
+    assert sim.events_handled == 7
+    assert sim.lambdas.errors.get("interruption", 0) == 0
     events = k8s.CoreV1Api(sim.api_client).list_event_for_all_namespaces().items
     rebalance_events = [e for e in events if e.reason == "RebalanceRecommendation"]
-    assert sum(e.count or 1 for e in rebalance_events) == 2
+    assert sum(e.count or 1 for e in rebalance_events) == 3
 
     # Two nodes drained at once against minAvailable 2: the PDB refuses one eviction (429), which is
     # retried with back-off until the first replacement runs.
