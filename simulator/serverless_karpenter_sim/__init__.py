@@ -1,0 +1,4 @@
+"""The local simulator: moto and a Kubernetes API server in one process, running the real control plane."""
+
+# Installs iam:SimulatePrincipalPolicy on moto (which lacks it) before any of the simulator's servers starts.
+from serverless_karpenter_sim import iam_simulation as iam_simulation

@@ -383,7 +383,10 @@ def seed_stack(cloud: SimulatedCloud) -> DeployedStack:
         cloud.client("cloudformation").create_stack(
             StackName=naming.stack_name(name), TemplateBody=json.dumps(template)
         )
-    return DeployedStack(naming.stack_name(name), outputs, roles, profile)
+    from serverless_karpenter_sim.stack_policies import grant_controller_policies
+
+    # The function roles get the stack's own policies, so doctor's simulated permission checks pass.
+    return grant_controller_policies(cloud, DeployedStack(naming.stack_name(name), outputs, roles, profile))
 
 
 def boto3_client(service: Any, endpoint_url: str, region: str = REGION) -> Any:

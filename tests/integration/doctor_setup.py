@@ -181,6 +181,7 @@ def start_correct_setup() -> Iterator[DoctorSetup]:
     sim = Simulation(scenario, log=io.StringIO())
     try:
         sim.start()
+        # The stack's own policies on its function roles, for the Lambda-permissions check to simulate.
         stack = seed_stack(sim.cloud)
         account = "123456789012"
         iam = sim.cloud.client("iam")

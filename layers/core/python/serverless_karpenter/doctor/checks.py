@@ -125,6 +125,8 @@ class PermissionFacts:
     role_arn: str
     denied: list[str] | None  # None: not simulated
     unavailable_reason: str = ""
+    # Condition keys the denying policies read that the simulation did not supply.
+    missing_context: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -603,10 +605,16 @@ def check_lambda_permissions(facts: Facts) -> list[CheckResult]:
                 )
             )
         elif p.denied:
+            unknown = (
+                f" (its policies also read {', '.join(p.missing_context)}, which the simulation "
+                "could not supply)"
+                if p.missing_context
+                else ""
+            )
             out.append(
                 _fail(
                     CheckId.LAMBDA_PERMISSIONS,
-                    f"{p.function} role {p.role_arn} may not {', '.join(p.denied)}",
+                    f"{p.function} role {p.role_arn} may not {', '.join(p.denied)}{unknown}",
                     "redeploy the stack to restore its policies; check SCPs and permission boundaries "
                     "that deny these actions",
                 )

@@ -4,7 +4,8 @@ the provisioner's resolver, nothing here creates instance profiles or anything e
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
@@ -16,6 +17,7 @@ from serverless_karpenter import naming
 from serverless_karpenter.adapters.ec2 import NodeClassResolver, ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesGateway
 from serverless_karpenter.adapters.operator_reads import read_config_map
+from serverless_karpenter.api import labels
 from serverless_karpenter.doctor.checks import (
     AccessFacts,
     Facts,
@@ -30,26 +32,142 @@ from serverless_karpenter.provisioning.context import InstanceTypeProvider
 
 ClientFactory = Callable[[str], Any]
 
-# What each function must be allowed to do (a sample of its capabilities in the stack's IAM, enough to
-# catch a role that lost its policy, an SCP or a permission boundary).
-REQUIRED_ACTIONS: dict[str, tuple[str, ...]] = {
-    "watcher": ("eks:DescribeCluster", "lambda:InvokeFunction"),
+
+@dataclass(frozen=True)
+class Permission:
+    """A call a function makes, as IAM authorizes it: the action, on the resource it touches, with the
+    request context the call carries.
+
+    ``resource`` and the context's keys and values are templates over the names :func:`stack_names` gives.
+    The stack grants most actions only on its own resources and under conditions (Karpenter's scoping:
+    the region, the cluster's tags), and IAM's simulator matches the simulated resource and context
+    against exactly those: asked about ``*`` with no context, it would deny a correctly deployed role.
+    """
+
+    action: str
+    resource: str = "*"
+    context: tuple[tuple[str, str], ...] = ()
+
+
+_PROBE_TAG = "doctor"  # any value: the stack requires these tags to be present, whatever they hold
+_REGIONAL = (("aws:RequestedRegion", "{region}"),)
+_CREATING = (
+    (f"aws:RequestTag/{labels.TAG_CLUSTER_PREFIX}{{cluster}}", "owned"),
+    (f"aws:RequestTag/{labels.TAG_EKS_CLUSTER_NAME}", "{cluster}"),
+)
+# What a launch tags its fleet and instances with, and its launch templates with.
+_LAUNCHING = (*_CREATING, (f"aws:RequestTag/{labels.NODEPOOL}", _PROBE_TAG))
+_CREATING_LAUNCH_TEMPLATE = (*_CREATING, (f"aws:RequestTag/{labels.EC2NODECLASS}", _PROBE_TAG))
+# The tags our instances carry.
+_OURS = (
+    (f"aws:ResourceTag/{labels.TAG_CLUSTER_PREFIX}{{cluster}}", "owned"),
+    (f"aws:ResourceTag/{labels.NODEPOOL}", _PROBE_TAG),
+)
+_EC2 = "arn:{partition}:ec2:{region}:{account}"
+_DESCRIBE_CLUSTER = Permission(
+    "eks:DescribeCluster", "arn:{partition}:eks:{region}:{account}:cluster/{cluster}"
+)
+_INVOKE_PROVISIONER = Permission(
+    "lambda:InvokeFunction", "arn:{partition}:lambda:{region}:{account}:function:{provisioner}"
+)
+_TERMINATE = Permission("ec2:TerminateInstances", f"{_EC2}:instance/*", _OURS)
+_SEND_TERMINATION_WORK = Permission(
+    "sqs:SendMessage", "arn:{partition}:sqs:{region}:{account}:{termination_queue}"
+)
+
+
+def _state(*actions: str) -> tuple[Permission, ...]:
+    return tuple(Permission(a, "arn:{partition}:dynamodb:{region}:{account}:table/{table}") for a in actions)
+
+
+def _consume(queue: str) -> tuple[Permission, ...]:
+    arn = f"arn:{{partition}}:sqs:{{region}}:{{account}}:{{{queue}}}"
+    return (Permission("sqs:ReceiveMessage", arn), Permission("sqs:DeleteMessage", arn))
+
+
+# What each function must be allowed to do: a sample of its calls, enough to catch a role that lost its
+# policy, an SCP or a permission boundary.
+REQUIRED_PERMISSIONS: dict[str, tuple[Permission, ...]] = {
+    "watcher": (_DESCRIBE_CLUSTER, _INVOKE_PROVISIONER),
     "provisioner": (
-        "eks:DescribeCluster",
-        "dynamodb:PutItem",
-        "dynamodb:Query",
-        "ec2:CreateFleet",
-        "ec2:RunInstances",
-        "ec2:CreateLaunchTemplate",
-        "ec2:DescribeSubnets",
-        "ec2:TerminateInstances",
-        "iam:PassRole",
-        "ssm:GetParameter",
+        _DESCRIBE_CLUSTER,
+        *_state("dynamodb:PutItem", "dynamodb:Query"),
+        Permission("ec2:CreateFleet", f"{_EC2}:fleet/*", _LAUNCHING),
+        Permission("ec2:RunInstances", f"{_EC2}:instance/*", _LAUNCHING),
+        Permission("ec2:CreateLaunchTemplate", f"{_EC2}:launch-template/*", _CREATING_LAUNCH_TEMPLATE),
+        Permission("ec2:DescribeSubnets", "*", _REGIONAL),
+        _TERMINATE,
+        Permission(
+            "iam:PassRole",
+            "arn:{partition}:iam::{account}:role/{node_role}",
+            (("iam:PassedToService", "ec2.amazonaws.com"),),
+        ),
+        Permission("ssm:GetParameter", "arn:{partition}:ssm:{region}::parameter/aws/service/eks/*"),
     ),
-    "interruption": ("eks:DescribeCluster", "dynamodb:UpdateItem", "sqs:SendMessage"),
-    "disruption": ("eks:DescribeCluster", "dynamodb:UpdateItem", "ec2:DescribeInstances"),
-    "termination": ("eks:DescribeCluster", "dynamodb:UpdateItem", "ec2:TerminateInstances"),
+    "interruption": (
+        _DESCRIBE_CLUSTER,
+        *_state("dynamodb:UpdateItem"),
+        *_consume("interruption_queue"),
+        # Failed messages are retried within seconds rather than after the visibility timeout.
+        Permission(
+            "sqs:ChangeMessageVisibility", "arn:{partition}:sqs:{region}:{account}:{interruption_queue}"
+        ),
+        _SEND_TERMINATION_WORK,
+    ),
+    "disruption": (
+        _DESCRIBE_CLUSTER,
+        *_state("dynamodb:UpdateItem"),
+        Permission("ec2:DescribeInstances", "*", _REGIONAL),
+        _SEND_TERMINATION_WORK,
+    ),
+    "termination": (
+        _DESCRIBE_CLUSTER,
+        *_state("dynamodb:UpdateItem"),
+        _TERMINATE,
+        *_consume("termination_queue"),
+        _INVOKE_PROVISIONER,
+    ),
 }
+
+
+def _queue_name(url: str | None) -> str | None:
+    return url.rsplit("/", 1)[-1] if url else None  # a queue's URL ends with its name
+
+
+def stack_names(
+    outputs: Mapping[str, str], cluster: str, region: str, account: str, partition: str
+) -> dict[str, str]:
+    """What :data:`REQUIRED_PERMISSIONS`' templates refer to, from the stack's outputs."""
+    names = {"cluster": cluster, "region": region, "account": account, "partition": partition}
+    sources = {
+        "table": outputs.get(naming.StackOutput.STATE_TABLE_NAME),
+        "provisioner": outputs.get(naming.function_output("provisioner")),
+        "node_role": outputs.get(naming.StackOutput.NODE_ROLE_NAME),
+        "interruption_queue": _queue_name(outputs.get(naming.StackOutput.INTERRUPTION_QUEUE_URL)),
+        "termination_queue": _queue_name(outputs.get(naming.StackOutput.TERMINATION_QUEUE_URL)),
+    }
+    names.update({key: value for key, value in sources.items() if value})
+    return names
+
+
+def simulation_requests(
+    permissions: Sequence[Permission], names: Mapping[str, str]
+) -> list[tuple[str, dict[str, str], list[str]]]:
+    """(resource ARN, context, actions) for each simulation the permissions need: IAM evaluates every
+    action of a call on every resource with the same context, so permissions are grouped by both.
+
+    A permission whose resource the outputs do not name (an older stack) is left out: the stack check
+    reports the missing outputs.
+    """
+    grouped: dict[tuple[str, tuple[tuple[str, str], ...]], list[str]] = {}
+    for permission in permissions:
+        try:
+            resource = permission.resource.format(**names)
+            context = tuple((k.format(**names), v.format(**names)) for k, v in permission.context)
+        except KeyError:
+            continue
+        grouped.setdefault((resource, context), []).append(permission.action)
+    return [(resource, dict(context), actions) for (resource, context), actions in grouped.items()]
 
 
 def _code(error: ClientError) -> str:
@@ -66,6 +184,13 @@ def not_implemented(error: Exception) -> str | None:
         return None
     if isinstance(error, BotoCoreError | ResponseParserError):  # an emulator's HTML 500: unparseable
         return f"the endpoint could not answer ({type(error).__name__})"
+    return None
+
+
+def _access_denied(error: Exception) -> str | None:
+    """Why the caller may not make the call, or None for another error."""
+    if isinstance(error, ClientError) and _code(error) in ("AccessDenied", "AccessDeniedException"):
+        return f"the caller may not call {error.operation_name} ({_code(error)})"
     return None
 
 
@@ -128,7 +253,7 @@ class Gatherer:
             node_role_arn=f"arn:aws:iam::{account}:role/{node_role}" if node_role else None,
             access=self.access(),
             spot_service_linked_role=self.role_exists(naming.SPOT_SERVICE_LINKED_ROLE),
-            permissions=self.permissions(roles),
+            permissions=self.permissions(roles, outputs, account),
             launch_role_arn=roles.get("provisioner"),
         )
 
@@ -355,27 +480,43 @@ class Gatherer:
                     raise
         return roles
 
-    def permissions(self, roles: Mapping[str, str]) -> list[PermissionFacts]:
+    def permissions(
+        self, roles: Mapping[str, str], outputs: Mapping[str, str], account: str
+    ) -> list[PermissionFacts]:
         # One attempt: an endpoint without the API answers 500, which the usual retries would repeat.
         iam = self._probe("iam")
         out: list[PermissionFacts] = []
         unavailable = ""
         for function, role_arn in roles.items():
-            actions = list(REQUIRED_ACTIONS.get(function, ()))
             if unavailable:
                 out.append(PermissionFacts(function, role_arn, None, unavailable))
                 continue
+            partition = role_arn.split(":")[1] if role_arn.count(":") >= 5 else "aws"
+            names = stack_names(outputs, self.cluster, self.region, account, partition)
+            denied: list[str] = []
+            missing_context: set[str] = set()
             try:
-                results = iam.simulate_principal_policy(PolicySourceArn=role_arn, ActionNames=actions)[
-                    "EvaluationResults"
-                ]
+                for resource, context, actions in simulation_requests(
+                    REQUIRED_PERMISSIONS.get(function, ()), names
+                ):
+                    request: dict[str, Any] = {"PolicySourceArn": role_arn, "ActionNames": actions}
+                    if resource != "*":
+                        request["ResourceArns"] = [resource]
+                    if context:
+                        request["ContextEntries"] = [
+                            {"ContextKeyName": k, "ContextKeyValues": [v], "ContextKeyType": "string"}
+                            for k, v in context.items()
+                        ]
+                    for result in iam.simulate_principal_policy(**request)["EvaluationResults"]:
+                        if result.get("EvalDecision") != "allowed":
+                            denied.append(str(result["EvalActionName"]))
+                            missing_context.update(result.get("MissingContextValues") or [])
             except (ClientError, BotoCoreError, ResponseParserError) as error:
-                why = not_implemented(error)
+                why = not_implemented(error) or _access_denied(error)
                 if why is None:
                     raise
                 unavailable = why = f"iam:SimulatePrincipalPolicy unavailable: {why}"
                 out.append(PermissionFacts(function, role_arn, None, why))
                 continue
-            denied = [r["EvalActionName"] for r in results if r.get("EvalDecision") != "allowed"]
-            out.append(PermissionFacts(function, role_arn, denied))
+            out.append(PermissionFacts(function, role_arn, denied, missing_context=sorted(missing_context)))
         return out
