@@ -27,7 +27,7 @@ from serverless_karpenter.config import Settings
 from serverless_karpenter.observability import NAMESPACE, SERVICE
 
 from infra.config import ClusterConfig
-from infra.iam import FUNCTION_CAPABILITIES, ControllerPermissions
+from infra.iam import ControllerPermissions
 from infra.layers import ARCHITECTURE, BYTECODE_EXCLUDES, RUNTIME, Layers
 from infra.paths import FUNCTIONS_DIR
 
@@ -181,9 +181,8 @@ class ControlPlaneFunctions(Construct):
                 permissions.set_provisioner(self.functions["provisioner"])
 
         for name, role in self.roles.items():
-            for capability in sorted(FUNCTION_CAPABILITIES[name]):
-                for statement in permissions.statements(capability):
-                    role.add_to_principal_policy(statement)
+            for statement in permissions.function_statements(name):
+                role.add_to_principal_policy(statement)
 
         for spec in FUNCTION_SPECS:
             function = self.functions[spec.name]

@@ -37,8 +37,3 @@ class StateTable(Construct):
                 partition_key=dynamodb.Attribute(name=attribute, type=dynamodb.AttributeType.STRING),
                 projection_type=dynamodb.ProjectionType.ALL,
             )
-
-    @property
-    def index_arns(self) -> list[str]:
-        """One ARN per GSI the code queries: IAM is granted on these, not on ``index/*``."""
-        return [f"{self.table.table_arn}/index/{name}" for name in state_schema.GLOBAL_SECONDARY_INDEXES]

@@ -13,9 +13,10 @@ from aws_cdk.assertions import Match, Template
 from serverless_karpenter import state_schema
 from serverless_karpenter.config import Settings
 from serverless_karpenter.observability import NAMESPACE, SERVICE, MetricName
+from serverless_karpenter.policies import PRE_EXISTING_LAUNCH_RESOURCE_TYPES
 
 from infra.access import KUBERNETES_GROUP
-from infra.iam import NODE_MANAGED_POLICIES, PRE_EXISTING_LAUNCH_RESOURCE_TYPES
+from infra.iam import NODE_MANAGED_POLICIES
 from tests.infra.conftest import Synthesized
 from tests.infra.helpers import (
     ALARM_EMAIL,
