@@ -18,7 +18,6 @@ from typing import Any, Self, TextIO
 from serverless_karpenter.clock import Clock
 from serverless_karpenter.deployment import FUNCTION_TIMEOUT_SECONDS
 
-FUNCTIONS = ("watcher", "provisioner", "interruption", "termination", "disruption")
 # Powertools' idempotency modules, which read the time as ``dt.datetime.now()`` (``import datetime as
 # dt``): when an INPROGRESS record expires, and when a record's idempotency window ends.
 POWERTOOLS_TIME_READERS = (
