@@ -41,7 +41,7 @@ typecheck: $(STAMP)
 
 # pytest exits 5 when it collected no test; like every other non-zero exit, that fails the target.
 test: lint typecheck
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --timeout 600 --durations 25 tests
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal --timeout 600 --durations 25 tests
 
 unit: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) tests/unit

@@ -134,4 +134,14 @@ def test_budget_zero_for_empty_blocks_emptiness(capsys: pytest.CaptureFixture[st
         assert set(empty) <= set(pods_by_node(sim))
         out = explain(empty[0], capsys)
         assert 'budget of nodepool "default" (nodes: "0"' in out and "Empty" in out, out
+        # Karpenter's Event on the NodePool whose budget blocks: one Event, its count raised each pass.
+        blocked = [
+            e
+            for e in sim.kube.core.list_event_for_all_namespaces(
+                field_selector="reason=DisruptionBlocked"
+            ).items
+            if e.involved_object.kind == "NodePool" and e.involved_object.name == "default"
+        ]
+        assert len(blocked) == 1 and (blocked[0].count or 0) >= 2, blocked
+        assert (blocked[0].message or "").startswith("No allowed disruptions due to blocking budget: ")
         assert sim.kube_server.audit.pdb_violations == 0

@@ -424,16 +424,31 @@ def finish_replacement(
 # its pods before any method (do-not-disrupt, PDBs). Budgets it reports on the NodePool; consolidation's
 # own reasons (age, consolidateAfter, no cheaper replacement) are not Events there.
 NODE_EVENT_BLOCKERS = frozenset({"DoNotDisrupt", "PDB"})
+BUDGET_BLOCKER = "Budget"
 
 
-def record_blocked(plane: ControlPlane, pool: Sequence[Candidate], blockers: Mapping[str, Blocker]) -> None:
-    """Karpenter's DisruptionBlocked Event on each blocked node: one per node per pass, as the
-    evaluation keeps the first blocking rule per NodeClaim."""
+def record_blocked(
+    plane: ControlPlane, snapshot: Snapshot, pool: Sequence[Candidate], blockers: Mapping[str, Blocker]
+) -> None:
+    """Karpenter's DisruptionBlocked Events: on each node a do-not-disrupt or PDB blocks (one per node
+    per pass, as the evaluation keeps the first blocking rule per NodeClaim), and on each NodePool whose
+    budget blocks a disruption (one per NodePool per pass)."""
+    budget_blocked: dict[str, str] = {}
     for candidate in pool:
         blocker = blockers.get(candidate.name)
-        if blocker is not None and blocker.kind in NODE_EVENT_BLOCKERS:
+        if blocker is None:
+            continue
+        if blocker.kind in NODE_EVENT_BLOCKERS:
             plane.kube.record_event(
                 candidate.node, "DisruptionBlocked", f"Cannot disrupt Node: {blocker.message}"
+            )
+        elif blocker.kind == BUDGET_BLOCKER:
+            budget_blocked.setdefault(candidate.record.nodepool, blocker.message)
+    for name, message in sorted(budget_blocked.items()):
+        manifest = snapshot.nodepool_manifests.get(name)
+        if manifest is not None:
+            plane.kube.record_event(
+                manifest, "DisruptionBlocked", f"No allowed disruptions due to blocking budget: {message}"
             )
 
 
@@ -443,7 +458,7 @@ def decide(
     evaluation = m.evaluate(snapshot, pool, options)
     for kind, count in Counter(b.kind for b in evaluation.blockers.values()).items():
         emit_dimensioned(MetricName.DISRUPTION_BLOCKED, count, {"Reason": kind})
-    record_blocked(plane, pool, evaluation.blockers)
+    record_blocked(plane, snapshot, pool, evaluation.blockers)
     command = evaluation.command
     if command is None:
         return
