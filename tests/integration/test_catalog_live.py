@@ -14,6 +14,7 @@ from moto import mock_aws
 from serverless_karpenter import state_schema as schema
 from serverless_karpenter.adapters.catalog_source import LiveCatalogSource, catalog_sort_key
 from serverless_karpenter.adapters.ec2 import ResolvedNodeClass, Subnet
+from serverless_karpenter.adapters.persisted import PersistedBlobs
 from serverless_karpenter.adapters.pricing import PriceSource
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog.live import CatalogFacts
@@ -52,7 +53,7 @@ def described(aws: tuple[Any, Any]) -> tuple[LiveCatalogSource, ManualClock]:
     """One describe for the module (moto's answer is large); the tests then read the cache and table."""
     ec2, dynamodb = aws
     clock = ManualClock(START)
-    source = LiveCatalogSource(ec2, REGION, clock, dynamodb=dynamodb, table_name=TABLE)
+    source = LiveCatalogSource(ec2, REGION, clock, persisted=PersistedBlobs(dynamodb, TABLE))
     source.snapshot()
     return source, clock
 
@@ -157,7 +158,7 @@ def test_a_cold_start_reads_the_persisted_catalog_instead_of_describing(
     assert "c6a.2xlarge" in facts.offered_zones
 
     cold = LiveCatalogSource(
-        BrokenEC2(), REGION, ManualClock(clock.now()), dynamodb=dynamodb, table_name=TABLE
+        BrokenEC2(), REGION, ManualClock(clock.now()), persisted=PersistedBlobs(dynamodb, TABLE)
     )
     snapshot = cold.snapshot()
     assert cold.source == "dynamodb"

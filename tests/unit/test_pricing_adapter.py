@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,6 +11,9 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
+from moto import mock_aws
+from serverless_karpenter import state_schema as schema
+from serverless_karpenter.adapters.persisted import PersistedBlobs
 from serverless_karpenter.adapters.pricing import (
     PriceSource,
     on_demand_filters,
@@ -170,3 +174,78 @@ def test_spot_history_errors_leave_no_spot_prices() -> None:
         stub.add_client_error("describe_spot_price_history", "UnauthorizedOperation")
         source = PriceSource("us-east-1", ManualClock(START), pricing_client=None, ec2=ec2)
         assert source.spot_prices() == {}
+
+
+@pytest.fixture
+def persisted() -> Iterator[PersistedBlobs]:
+    with pytest.MonkeyPatch.context() as patch, mock_aws():
+        patch.delenv("AWS_ENDPOINT_URL", raising=False)
+        dynamodb: Any = boto3.client("dynamodb", region_name="us-east-1")
+        dynamodb.create_table(**schema.table_definition("state"))
+        yield PersistedBlobs(dynamodb, "state")
+
+
+def test_a_cold_start_uses_the_on_demand_prices_another_invocation_fetched(persisted: PersistedBlobs) -> None:
+    clock = ManualClock(START)
+    warm = PriceSource(
+        "us-east-1",
+        clock,
+        pricing_client=FakePricing([[product("m5.large", "0.2")]]),
+        ec2=None,
+        persisted=persisted,
+    )
+    assert warm.on_demand_prices() == {"m5.large": 0.2}
+
+    # Six hours on, a cold invocation reads the stored prices instead of paging through GetProducts.
+    clock.advance(timedelta(hours=6).total_seconds())
+    unreachable = FakePricing([[product("m5.large", "9")]], fail=True)
+    cold = PriceSource("us-east-1", clock, pricing_client=unreachable, ec2=None, persisted=persisted)
+    assert cold.on_demand_prices() == {"m5.large": 0.2}
+    assert cold.on_demand_source == "dynamodb"
+    assert unreachable.calls == []
+
+    # They are due for a refresh 12 hours after they were fetched, not after the cold start read them.
+    clock.advance(timedelta(hours=6, seconds=1).total_seconds())
+    unreachable.fail = False
+    assert cold.on_demand_prices() == {"m5.large": 9.0}
+    assert cold.on_demand_source == "pricing-api"
+
+
+def test_stored_prices_older_than_the_refresh_interval_are_fetched_again(persisted: PersistedBlobs) -> None:
+    clock = ManualClock(START)
+    PriceSource(
+        "us-east-1",
+        clock,
+        pricing_client=FakePricing([[product("m5.large", "0.2")]]),
+        ec2=None,
+        persisted=persisted,
+    ).on_demand_prices()
+    clock.advance(timedelta(hours=12, seconds=1).total_seconds())
+    fresh = FakePricing([[product("m5.large", "0.3")]])
+    cold = PriceSource("us-east-1", clock, pricing_client=fresh, ec2=None, persisted=persisted)
+    assert cold.on_demand_prices() == {"m5.large": 0.3}
+    assert len(fresh.calls) == 1
+
+
+def test_a_cold_start_uses_the_spot_prices_another_invocation_fetched(persisted: PersistedBlobs) -> None:
+    clock = ManualClock(START)
+    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    history = {
+        "SpotPriceHistory": [
+            {
+                "InstanceType": "m5.large",
+                "AvailabilityZone": "us-east-1a",
+                "ProductDescription": "Linux/UNIX",
+                "SpotPrice": "0.035",
+                "Timestamp": START - timedelta(minutes=5),
+            }
+        ]
+    }
+    with Stubber(ec2) as stub:
+        stub.add_response("describe_spot_price_history", history)
+        warm = PriceSource("us-east-1", clock, pricing_client=None, ec2=ec2, persisted=persisted)
+        assert warm.spot_prices() == {("m5.large", "us-east-1a"): 0.035}
+        # The stub has no second answer: a describe here would fail the test.
+        cold = PriceSource("us-east-1", clock, pricing_client=None, ec2=ec2, persisted=persisted)
+        assert cold.spot_prices() == {("m5.large", "us-east-1a"): 0.035}
+        stub.assert_no_pending_responses()

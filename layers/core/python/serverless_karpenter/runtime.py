@@ -23,6 +23,7 @@ from serverless_karpenter.adapters.catalog_source import LiveCatalogSource
 from serverless_karpenter.adapters.ec2 import FleetLauncher, NodeClassResolver, ResolvedNodeClass
 from serverless_karpenter.adapters.eks_token import TokenSource
 from serverless_karpenter.adapters.kubernetes import KubernetesGateway, configuration
+from serverless_karpenter.adapters.persisted import PersistedBlobs
 from serverless_karpenter.adapters.pricing import PriceSource
 from serverless_karpenter.adapters.state_store import NodeClaimStore
 from serverless_karpenter.adapters.unavailable_offerings import DynamoDBUnavailableOfferings
@@ -200,18 +201,18 @@ def build_control_plane(settings: Settings | None = None, clock: Clock | None = 
     # reading, and its instance types are the bundled snapshot's (made from moto's data), which loads in
     # milliseconds where moto's DescribeInstanceTypes takes seconds: use the bundled catalog there.
     emulated = bool(os.environ.get("AWS_ENDPOINT_URL"))
+    persisted = PersistedBlobs(dynamodb, settings.state_table_name) if settings.state_table_name else None
     instance_types = CatalogInstanceTypes(
         region,
         clock,
-        catalog_source=None
-        if emulated
-        else LiveCatalogSource(ec2, region, clock, dynamodb=dynamodb, table_name=settings.state_table_name),
+        catalog_source=None if emulated else LiveCatalogSource(ec2, region, clock, persisted=persisted),
         prices=PriceSource(
             region,
             clock,
             pricing_client=None if emulated else lambda endpoint: aws.client("pricing", endpoint),
             ec2=ec2,
             use_spot_history=not emulated,
+            persisted=persisted,
         ),
         unavailable=(
             DynamoDBUnavailableOfferings(dynamodb, settings.state_table_name, clock)

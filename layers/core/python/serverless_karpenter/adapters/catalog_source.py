@@ -14,7 +14,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from serverless_karpenter import state_schema as schema
+from serverless_karpenter.adapters.persisted import PersistedBlobs
 from serverless_karpenter.catalog.live import CatalogFacts
 from serverless_karpenter.catalog.snapshot import BUNDLED_REGIONS, CatalogSnapshot, bundled_snapshot
 from serverless_karpenter.clock import Clock
@@ -35,16 +35,14 @@ class LiveCatalogSource:
         region: str,
         clock: Clock,
         *,
-        dynamodb: Any | None = None,
-        table_name: str = "",
+        persisted: PersistedBlobs | None = None,
         cache_ttl: timedelta = CACHE_TTL,
         persisted_max_age: timedelta = PERSISTED_MAX_AGE,
     ) -> None:
         self._ec2 = ec2
         self.region = region
         self._clock = clock
-        self._ddb = dynamodb if table_name else None
-        self._table = table_name
+        self._persisted = persisted
         self._cache_ttl = cache_ttl
         self._persisted_max_age = persisted_max_age
         self._lock = threading.Lock()
@@ -108,35 +106,21 @@ class LiveCatalogSource:
         return CatalogFacts.from_describe(self.region, self._clock.now(), types, offerings, zones)
 
     def _read_persisted(self) -> CatalogFacts | None:
-        if self._ddb is None:
+        if self._persisted is None:
+            return None
+        data = self._persisted.read(catalog_sort_key(self.region))
+        if data is None:
             return None
         try:
-            item = self._ddb.get_item(
-                TableName=self._table,
-                Key={
-                    schema.PARTITION_KEY: {"S": schema.CATALOG_PARTITION},
-                    schema.SORT_KEY: {"S": catalog_sort_key(self.region)},
-                },
-            ).get("Item")
-            return CatalogFacts.from_bytes(item["facts"]["B"]) if item else None
-        except (ClientError, BotoCoreError, KeyError, ValueError) as error:
+            return CatalogFacts.from_bytes(data)
+        except (KeyError, ValueError, OSError) as error:  # OSError: a corrupt gzip stream
             logger.warning("cannot read the persisted catalog", extra={"error": str(error)})
             return None
 
     def _write_persisted(self, facts: CatalogFacts) -> None:
-        if self._ddb is None:
-            return
-        try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item={
-                    schema.PARTITION_KEY: {"S": schema.CATALOG_PARTITION},
-                    schema.SORT_KEY: {"S": catalog_sort_key(self.region)},
-                    "facts": {"B": facts.to_bytes()},
-                    schema.TTL_ATTRIBUTE: {
-                        "N": str(int((facts.fetched_at + self._persisted_max_age * 4).timestamp()))
-                    },
-                },
+        if self._persisted is not None:
+            self._persisted.write(
+                catalog_sort_key(self.region),
+                facts.to_bytes(),
+                expires_at=facts.fetched_at + self._persisted_max_age * 4,
             )
-        except (ClientError, BotoCoreError) as error:
-            logger.warning("cannot persist the catalog", extra={"error": str(error)})

@@ -6,10 +6,15 @@ API answers only in a few regions, so the client is made for the endpoint region
 cluster's region. Any failure falls back to the bundled snapshot; prices are refreshed every 12 hours.
 Spot prices are the latest Linux/UNIX price per (type, zone); on failure there are none and the catalog
 uses its spot model.
+
+Paging through GetProducts and the spot history takes seconds, too long for a cold provisioner that
+has pods waiting, so fetched prices are stored in the state table (``PersistedBlobs``) and a cold
+start uses them while they are younger than the refresh interval, as a warm invocation would.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -18,14 +23,33 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from serverless_karpenter.adapters.persisted import PersistedBlobs
 from serverless_karpenter.catalog.prices import bundled_on_demand_prices, latest_spot_prices
-from serverless_karpenter.clock import Clock
+from serverless_karpenter.clock import Clock, parse_rfc3339, to_rfc3339
 from serverless_karpenter.observability import logger
 
 REFRESH_INTERVAL = timedelta(hours=12)
 # After a failed refresh, try again sooner than the full interval.
 RETRY_INTERVAL = timedelta(minutes=5)
 SPOT_PRODUCTS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
+
+
+def on_demand_sort_key(region: str) -> str:
+    return f"on-demand-prices#{region}"
+
+
+def spot_sort_key(region: str) -> str:
+    return f"spot-prices#{region}"
+
+
+def _encode(fetched_at: datetime, prices: Any) -> bytes:
+    doc = {"fetched_at": to_rfc3339(fetched_at), "prices": prices}
+    return gzip.compress(json.dumps(doc, separators=(",", ":"), sort_keys=True).encode(), mtime=0)
+
+
+def _decode(data: bytes) -> tuple[datetime, Any]:
+    doc = json.loads(gzip.decompress(data))
+    return parse_rfc3339(doc["fetched_at"]), doc["prices"]
 
 
 def pricing_endpoint_region(region: str) -> str:
@@ -87,8 +111,10 @@ class PriceSource:
         pricing_client: Callable[[str], Any] | Any | None,
         ec2: Any | None,
         use_spot_history: bool = True,
+        persisted: PersistedBlobs | None = None,
     ) -> None:
         self.region = region
+        self._persisted = persisted
         self._clock = clock
         self._pricing_factory = pricing_client
         self._ec2 = ec2
@@ -109,7 +135,19 @@ class PriceSource:
         with self._lock:
             if self._on_demand is not None and self._on_demand_due is not None and now < self._on_demand_due:
                 return self._on_demand
+            if self._on_demand is None and self._pricing_factory is not None:
+                stored = self._read_stored(on_demand_sort_key(self.region), now)
+                if stored is not None:
+                    fetched_at, doc = stored
+                    self._on_demand = {str(name): float(price) for name, price in doc.items()}
+                    self._on_demand_due = fetched_at + REFRESH_INTERVAL
+                    self.on_demand_source = "dynamodb"
+                    return self._on_demand
         prices = self._fetch_on_demand()
+        if prices and self._persisted is not None:
+            self._persisted.write(
+                on_demand_sort_key(self.region), _encode(now, prices), expires_at=now + 2 * REFRESH_INTERVAL
+            )
         with self._lock:
             if prices:
                 self._on_demand, self._on_demand_due = prices, now + REFRESH_INTERVAL
@@ -158,6 +196,13 @@ class PriceSource:
         with self._lock:
             if self._spot_due is not None and now < self._spot_due:
                 return self._spot
+            if self._spot_due is None:
+                stored = self._read_stored(spot_sort_key(self.region), now)
+                if stored is not None:
+                    fetched_at, rows = stored
+                    self._spot = {(str(name), str(zone)): float(price) for name, zone, price in rows}
+                    self._spot_due = fetched_at + REFRESH_INTERVAL
+                    return self._spot
         try:
             history: list[Mapping[str, Any]] = []
             paginator = self._ec2.get_paginator("describe_spot_price_history")
@@ -165,6 +210,11 @@ class PriceSource:
                 history.extend(page.get("SpotPriceHistory") or ())
             spot = {k: v for k, v in latest_spot_prices(history).items() if v > 0}
             due = now + REFRESH_INTERVAL
+            if spot and self._persisted is not None:
+                rows = sorted([name, zone, price] for (name, zone), price in spot.items())
+                self._persisted.write(
+                    spot_sort_key(self.region), _encode(now, rows), expires_at=now + 2 * REFRESH_INTERVAL
+                )
         except (ClientError, BotoCoreError) as error:
             logger.warning(
                 "spot price history unavailable; using the spot model", extra={"error": str(error)}
@@ -173,3 +223,15 @@ class PriceSource:
         with self._lock:
             self._spot, self._spot_due = spot, due
             return spot
+
+    def _read_stored(self, sort_key: str, now: datetime) -> tuple[datetime, Any] | None:
+        """What another invocation fetched, while it is younger than the refresh interval."""
+        data = self._persisted.read(sort_key) if self._persisted is not None else None
+        if data is None:
+            return None
+        try:
+            fetched_at, prices = _decode(data)
+        except (KeyError, ValueError, OSError) as error:  # OSError: a corrupt gzip stream
+            logger.warning("cannot read persisted prices", extra={"key": sort_key, "error": str(error)})
+            return None
+        return (fetched_at, prices) if now - fetched_at < REFRESH_INTERVAL else None
