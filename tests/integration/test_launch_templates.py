@@ -16,10 +16,11 @@ import pytest
 import yaml
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from serverless_karpenter import amifamily
-from serverless_karpenter.adapters.ec2 import LAUNCH_TEMPLATE_CLUSTER_TAG, MAX_INSTANCE_TYPES, LaunchRequest
+from serverless_karpenter.adapters.ec2 import LAUNCH_TEMPLATE_CLUSTER_TAG, LaunchRequest
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.lifecycle.launch import launch_record
+from serverless_karpenter.lifecycle.launch import launch_record, launch_request
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
+from serverless_karpenter.scheduling.scheduler import MAX_INSTANCE_TYPES
 from serverless_karpenter_sim.cloud import ZONES
 from serverless_karpenter_sim.simulation import Simulation
 
@@ -248,7 +249,23 @@ def test_fleet_request_has_cheapest_sixty_types_in_every_zone_and_the_tags(sim: 
         if it.labels.get(wk.ARCH) == "amd64" and any(o.capacity_type == "spot" for o in it.offerings)
     )
     types = [name for _, name in cheapest[:70]]
-    instance = sim.plane.launcher.launch(request("default-fleet1", "spot", types), resolved)
+    # The launch path cuts the claim's 70 types to the sixty cheapest; the adapter sends what it gets.
+    record = NodeClaimRecord(
+        name="default-fleet1",
+        nodepool="default",
+        nodeclass="fleet",
+        instance_type_options=[
+            InstanceTypeOption(
+                name=it.name,
+                offerings=[(o.zone, o.capacity_type, o.price) for o in it.offerings],
+                capacity={"pods": 29},
+            )
+            for it in catalog
+            if it.name in types
+        ],
+        created_at=sim.clock.now(),
+    )
+    instance = sim.plane.launcher.launch(launch_request(sim.plane, record, "spot"), resolved)
 
     fleet = captured[-1]
     assert fleet["Type"] == "instant" and fleet["ClientToken"] == "default-fleet1"
@@ -261,7 +278,10 @@ def test_fleet_request_has_cheapest_sixty_types_in_every_zone_and_the_tags(sim: 
     chosen = {o["InstanceType"] for o in overrides}
     assert chosen == set(types[:MAX_INSTANCE_TYPES])
     subnets = {z: sim.plane.resolver.resolve(nodeclass(sim, "fleet")).subnet_for_zone(z) for z in ZONES}
-    assert len(overrides) == MAX_INSTANCE_TYPES * len(ZONES)
+    spot_zones = {it.name: {o.zone for o in it.offerings if o.capacity_type == "spot"} for it in catalog}
+    assert sorted((o["InstanceType"], o["AvailabilityZone"]) for o in overrides) == sorted(
+        (name, zone) for name in chosen for zone in spot_zones[name]
+    )
     for override in overrides:
         assert override["SubnetId"] == subnets[override["AvailabilityZone"]].id
     tags = {t["Key"]: t["Value"] for t in fleet["TagSpecifications"][0]["Tags"]}

@@ -281,3 +281,50 @@ def test_room_a_pod_cannot_use_is_not_counted_in_the_bound() -> None:
     # 15,000m at 1,500m a node is 10 nodes; at 1,930m it would be under 7.8.
     assert report.lower_bound == pytest.approx(10 * price, rel=1e-3)
     assert report.gap == pytest.approx(0.0, abs=1e-3)
+
+
+def _cheapest_node_for(tpl: NodePoolTemplate, one: dict[str, Any]) -> float:
+    """$/h of the cheapest node of the pool that holds ``one`` pod."""
+    requests = podlib.requests(one)
+    return min(
+        o.price
+        for it in tpl.instance_types
+        if resources.fits(requests, it.allocatable)
+        for o in it.offerings
+        if o.capacity_type == wk.CAPACITY_TYPE_ON_DEMAND
+    )
+
+
+def test_anti_affinity_owners_their_selector_does_not_match_share_nodes_and_force_none() -> None:
+    # Web pods repel app=db, not each other: they may all share a node, so the bound must not count a
+    # node for each (it would then exceed the optimum), and first fit's shared nodes are no breach.
+    tpl = template()
+    pending = [pod(f"web{i}", "250m", "256Mi", {"app": "web"}, affinity=_anti("db")) for i in range(12)]
+    pending += [pod(f"db{i}", "250m", "256Mi", {"app": "db"}) for i in range(4)]
+    ffd, improved, report = solve(pending, tpl)
+    assert_valid(improved, ffd, pending)
+    for claim in improved.new_nodeclaims:
+        apps = {k.split("/")[1].rstrip("0123456789") for k in claim.pods}
+        assert apps != {"web", "db"}, "a web pod shares a node with a db pod it repels"
+    assert max(sum(k.startswith("default/web") for k in c.pods) for c in improved.new_nodeclaims) > 1
+    assert report.repaired_claims == 0
+    assert report.lower_bound <= report.cost * (1 + 1e-9)
+    one_each = 12 * _cheapest_node_for(tpl, pending[0])
+    assert report.lower_bound < 0.25 * one_each
+    assert report.cost < one_each
+
+
+def test_self_selecting_anti_affinity_still_forces_a_node_per_owner_in_the_bound() -> None:
+    tpl = template()
+    owners = [pod(f"db{i}", "250m", "256Mi", {"app": "db"}, affinity=_anti("db")) for i in range(12)]
+    # Owners that are no members add no node of their own to the bound, and never join a db pod.
+    others = [pod(f"web{i}", "250m", "256Mi", {"app": "web"}, affinity=_anti("db")) for i in range(12)]
+    for pending, forced in ((owners, 12), (owners + others, 12)):
+        ffd, improved, report = solve(pending, tpl)
+        assert_valid(improved, ffd, pending)
+        cheapest = _cheapest_node_for(tpl, owners[0])
+        assert report.lower_bound >= forced * cheapest * (1 - 1e-3)
+        assert report.lower_bound <= report.cost * (1 + 1e-9)
+        for claim in improved.new_nodeclaims:
+            dbs = sum(k.startswith("default/db") for k in claim.pods)
+            assert dbs <= 1 and (dbs == 0 or len(claim.pods) == 1)

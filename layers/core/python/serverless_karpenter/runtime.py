@@ -156,10 +156,11 @@ class CatalogInstanceTypes:
         return out
 
     def mark_unavailable(self, capacity_type: str, instance_type: str, zone: str, reason: str) -> None:
-        if isinstance(self.unavailable, DynamoDBUnavailableOfferings):
-            self.unavailable.mark_unavailable(capacity_type, instance_type, zone, reason)
-        else:
-            self.unavailable.mark_unavailable(capacity_type, instance_type, zone)
+        self.unavailable.mark_unavailable(capacity_type, instance_type, zone, reason)
+        metrics.add_metric(name=MetricName.UNAVAILABLE_OFFERING_HITS, unit=MetricUnit.Count, value=1)
+
+    def mark_capacity_type_unavailable(self, capacity_type: str, reason: str) -> None:
+        self.unavailable.mark_capacity_type_unavailable(capacity_type, reason)
         metrics.add_metric(name=MetricName.UNAVAILABLE_OFFERING_HITS, unit=MetricUnit.Count, value=1)
 
     def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool:

@@ -28,9 +28,9 @@ UNFULFILLABLE_CAPACITY_ERRORS = frozenset(
         "ReservationCapacityExceeded",
     }
 )
-# Karpenter sends CreateFleet the cheapest 60 instance types, each with a subnet in every zone offered.
-MAX_INSTANCE_TYPES = 60
-MAX_FLEET_OVERRIDES = MAX_INSTANCE_TYPES  # kept for callers that imported the old name
+# CreateFleet's answer to a spot request when the account lacks the EC2 Spot service-linked role and the
+# caller may not create it: no spot launch can succeed until someone creates the role.
+SPOT_SERVICE_LINKED_ROLE_ERROR = "AuthFailure.ServiceLinkedRoleCreationNotPermitted"
 LAUNCH_TEMPLATE_PREFIX = "karpenter.k8s.aws"
 # The tag Karpenter puts on its launch templates; unused ones are found (and deleted) by it.
 LAUNCH_TEMPLATE_CLUSTER_TAG = "karpenter.k8s.aws/cluster"
@@ -124,13 +124,18 @@ class LaunchError(Exception):
     def unavailable_offerings(self) -> list[FleetError]:
         return [e for e in self.errors if e.code in UNFULFILLABLE_CAPACITY_ERRORS and e.instance_type]
 
+    @property
+    def spot_service_linked_role_missing(self) -> bool:
+        return any(e.code == SPOT_SERVICE_LINKED_ROLE_ERROR for e in self.errors)
+
 
 @dataclass(frozen=True)
 class LaunchRequest:
     nodeclaim: str
     nodepool: str
     capacity_type: str
-    # (instance type, zone, arch), cheapest first
+    # (instance type, zone, arch), cheapest first; the launch (lifecycle.launch) has already cut them to
+    # the instance types CreateFleet may be offered.
     overrides: list[tuple[str, str, str]]
     bootstrap: amifamily.NodeBootstrap
     # Pods each instance type takes: the kubelet's maxPods, so one launch template per distinct value.
@@ -489,19 +494,12 @@ class FleetLauncher:
     def _launchable(
         self, request: LaunchRequest, nodeclass: ResolvedNodeClass
     ) -> list[tuple[str, str, str, Subnet]]:
-        """The overrides: the cheapest instance types (at most 60), each in every zone it is offered in
-        that has a subnet, for arches with an AMI."""
-        usable = [
+        """The request's overrides in zones that have a subnet, for arches with an AMI."""
+        return [
             (instance_type, zone, arch, subnet)
             for instance_type, zone, arch in request.overrides
             if arch in nodeclass.amis and (subnet := nodeclass.subnet_for_zone(zone)) is not None
         ]
-        cheapest: list[str] = []
-        for instance_type, *_ in usable:
-            if instance_type not in cheapest:
-                cheapest.append(instance_type)
-        kept = set(cheapest[:MAX_INSTANCE_TYPES])
-        return [o for o in usable if o[0] in kept]
 
     def _template_groups(
         self, request: LaunchRequest, nodeclass: ResolvedNodeClass
@@ -565,9 +563,9 @@ class FleetLauncher:
             kwargs["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
         return kwargs
 
-    def launch(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> Instance:
+    def _create_fleet(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> dict[str, Any]:
         try:
-            response = self._ec2.create_fleet(**self._fleet_request(request, nodeclass))
+            response: dict[str, Any] = self._ec2.create_fleet(**self._fleet_request(request, nodeclass))
         except ClientError as error:
             if not _is_launch_template_not_found(error):
                 raise
@@ -575,6 +573,22 @@ class FleetLauncher:
             # another writer): forget what we know and re-create it, once.
             self.forget_launch_templates()
             response = self._ec2.create_fleet(**self._fleet_request(request, nodeclass))
+        return response
+
+    def launch(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> Instance:
+        try:
+            response = self._create_fleet(request, nodeclass)
+        except ClientError as error:
+            code = error.response["Error"]["Code"]
+            if code != SPOT_SERVICE_LINKED_ROLE_ERROR:
+                raise
+            # EC2 may refuse the whole request rather than list the error per override; the launch path
+            # reacts to it the same way either way.
+            message = error.response["Error"].get("Message", "")
+            raise LaunchError(
+                f"nodeclaim {request.nodeclaim}: CreateFleet refused ({code}): {message}",
+                [FleetError(code, message, None, None, request.capacity_type)],
+            ) from error
         errors = [
             FleetError(
                 code=e.get("ErrorCode", ""),

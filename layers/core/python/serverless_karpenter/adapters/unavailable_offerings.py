@@ -126,11 +126,15 @@ class DynamoDBUnavailableOfferings:
     ) -> None:
         self._mark(sort_key(capacity_type, instance_type, zone), reason, ttl_seconds)
 
-    def mark_capacity_type_unavailable(self, capacity_type: str, reason: str = "") -> None:
-        self._mark(sort_key(capacity_type, ANY, ANY), reason, None)
+    def mark_capacity_type_unavailable(
+        self, capacity_type: str, reason: str = "", ttl_seconds: float | None = None
+    ) -> None:
+        self._mark(sort_key(capacity_type, ANY, ANY), reason, ttl_seconds)
 
-    def mark_zone_unavailable(self, capacity_type: str, zone: str, reason: str = "") -> None:
-        self._mark(sort_key(capacity_type, ANY, zone), reason, None)
+    def mark_zone_unavailable(
+        self, capacity_type: str, zone: str, reason: str = "", ttl_seconds: float | None = None
+    ) -> None:
+        self._mark(sort_key(capacity_type, ANY, zone), reason, ttl_seconds)
 
     def _mark(self, key: str, reason: str, ttl_seconds: float | None) -> None:
         now = self._clock.now()

@@ -48,15 +48,27 @@ class InMemoryUnavailableOfferings:
         """Bumped on every mark, so callers can tell that availability may have changed."""
         return self._seq
 
+    # ``reason`` is what the DynamoDB cache records with a mark; it takes the same arguments, so callers
+    # need not know which cache they have. This one keeps no reasons.
+
     def mark_unavailable(
-        self, capacity_type: str, instance_type: str, zone: str, ttl_seconds: float | None = None
+        self,
+        capacity_type: str,
+        instance_type: str,
+        zone: str,
+        reason: str = "",
+        ttl_seconds: float | None = None,
     ) -> None:
         self._mark((capacity_type, instance_type, zone), ttl_seconds)
 
-    def mark_capacity_type_unavailable(self, capacity_type: str, ttl_seconds: float | None = None) -> None:
+    def mark_capacity_type_unavailable(
+        self, capacity_type: str, reason: str = "", ttl_seconds: float | None = None
+    ) -> None:
         self._mark((capacity_type, _ANY, _ANY), ttl_seconds)
 
-    def mark_zone_unavailable(self, capacity_type: str, zone: str, ttl_seconds: float | None = None) -> None:
+    def mark_zone_unavailable(
+        self, capacity_type: str, zone: str, reason: str = "", ttl_seconds: float | None = None
+    ) -> None:
         self._mark((capacity_type, _ANY, zone), ttl_seconds)
 
     def _mark(self, key: tuple[str, str, str], ttl_seconds: float | None) -> None:

@@ -23,6 +23,10 @@ class InstanceTypeProvider(Protocol):
 
     def mark_unavailable(self, capacity_type: str, instance_type: str, zone: str, reason: str) -> None: ...
 
+    def mark_capacity_type_unavailable(self, capacity_type: str, reason: str) -> None:
+        """Every offering of the capacity type, in every zone, until the unavailable-offerings TTL."""
+        ...
+
     def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool: ...
 
 

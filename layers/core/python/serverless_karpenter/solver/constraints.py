@@ -10,6 +10,10 @@ that carry the term (owners). A node holding an owner may hold at most ``cap`` p
   ``maxSkew`` matching pods on each new node, every placement keeps the skew within ``maxSkew``
   whatever the other nodes hold, so the rule is safe (if sometimes stricter than needed).
 
+Only members count toward a cap. An owner its own selector does not match (app=web against app=db) is
+not a member, so such owners may share a node with each other; under anti-affinity they must not share
+one with any member, so they own a class of their own with the same selector and cap 0.
+
 Zonal constraints are kept by never moving a pod out of the zone set its NodeClaim had, when the pod
 carries a zonal term (spread, affinity or anti-affinity on a zone key) or some pod's zonal term selects
 it: the scheduler counted it in that zone. Every other pod may go to any zone its own node selector
@@ -80,6 +84,11 @@ class NodeClass:
     # Anti-affinity: its owners that match it must each have a node of their own (a true bound on the
     # node count). Spread caps are the solver's own safe reading, so they bound nothing.
     exclusive: bool = False
+
+    def for_outsiders(self) -> NodeClass:
+        """The class an owner its selector does not match owns instead: under anti-affinity it may sit
+        beside no member at all, while a spread still allows ``cap`` members beside it."""
+        return NodeClass(self.selector, self.cap - 1) if self.exclusive else self
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,21 +165,28 @@ def zone_bound(pods: Sequence[Mapping[str, Any]], constraints: Sequence[PodConst
 
 def memberships(
     pods: Sequence[Mapping[str, Any]], constraints: Sequence[PodConstraints]
-) -> tuple[list[NodeClass], list[tuple[tuple[int, bool], ...]]]:
-    """Every class, and per pod the classes it belongs to as (class index, is owner)."""
+) -> tuple[list[NodeClass], list[tuple[tuple[int, bool, bool], ...]]]:
+    """Every class, and per pod the classes it belongs to as (class index, is owner, is member)."""
     classes: list[NodeClass] = []
     index: dict[NodeClass, int] = {}
-    for c in constraints:
-        for cls in c.owned:
-            if cls not in index:
-                index[cls] = len(classes)
-                classes.append(cls)
-    out: list[tuple[tuple[int, bool], ...]] = []
+    owned_by: list[set[int]] = []
     for pod, c in zip(pods, constraints, strict=True):
         meta = pod.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         labels = meta.get("labels") or {}
-        owned = {index[cls] for cls in c.owned}
+        owned: set[int] = set()
+        for term in c.owned:
+            cls = term if term.selector.matches(namespace, labels) else term.for_outsiders()
+            if cls not in index:
+                index[cls] = len(classes)
+                classes.append(cls)
+            owned.add(index[cls])
+        owned_by.append(owned)
+    out: list[tuple[tuple[int, bool, bool], ...]] = []
+    for pod, owned in zip(pods, owned_by, strict=True):
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        labels = meta.get("labels") or {}
         member = {i for i, cls in enumerate(classes) if cls.selector.matches(namespace, labels)}
-        out.append(tuple(sorted((i, i in owned) for i in owned | member)))
+        out.append(tuple(sorted((i, i in owned, i in member) for i in owned | member)))
     return classes, out

@@ -43,7 +43,7 @@ from serverless_karpenter.scheduling.scheduler import (
 )
 from serverless_karpenter.solver.bound import dual_bound
 from serverless_karpenter.solver.constraints import NodeClass, memberships, pod_constraints, zone_bound
-from serverless_karpenter.solver.packing import ANY_ZONE, NodeOption, Vector, best_packing
+from serverless_karpenter.solver.packing import ANY_ZONE, Membership, NodeOption, Vector, best_packing
 
 # The time the solver may take grows with the batch (0.4 ms a pod, at least 0.2 s) up to 1.5 s, so small
 # batches stay fast and a 5,000-pod burst still places at well over 1,000 pods/s end to end.
@@ -252,22 +252,24 @@ def improve(
 def _keeps_classes(
     claim: NewNodeClaim,
     pod_index: Mapping[str, int],
-    member_of: Sequence[tuple[tuple[int, bool], ...]],
+    member_of: Sequence[Membership],
     caps: Sequence[int],
 ) -> bool:
+    """Whether the claim keeps every per-node class: at most ``cap`` members where an owner is."""
     count: dict[int, int] = {}
     owned: set[int] = set()
     for key in claim.pods:
-        for cls, is_owner in member_of[pod_index[key]]:
-            count[cls] = count.get(cls, 0) + 1
+        for cls, is_owner, is_member in member_of[pod_index[key]]:
+            if is_member:
+                count[cls] = count.get(cls, 0) + 1
             if is_owner:
                 owned.add(cls)
-    return all(count[cls] <= caps[cls] for cls in owned)
+    return all(count.get(cls, 0) <= caps[cls] for cls in owned)
 
 
 def _lower_bound(
     vectors: Sequence[Vector],
-    member_of: Sequence[tuple[tuple[int, bool], ...]],
+    member_of: Sequence[Membership],
     classes: Sequence[NodeClass],
     templates: Sequence[NodePoolTemplate],
     dims: Sequence[str],
@@ -277,12 +279,13 @@ def _lower_bound(
     if not vectors:
         return 0.0
     demand = [sum(v[d] for v in vectors) for d in range(len(dims))]
+    # Anti-affinity keeps apart only owners its selector matches: an owner that is no member may share
+    # a node with other such owners, so it forces no node of its own.
     exclusive = [0] * len(classes)
     for membership in member_of:
-        for cls, is_owner in membership:
-            if is_owner and classes[cls].exclusive:
-                exclusive[cls] += 1  # owners are members too when they match their own selector
-    # Count only owners that match their own class: those are pairwise apart.
+        for cls, is_owner, is_member in membership:
+            if is_owner and is_member and classes[cls].exclusive:
+                exclusive[cls] += 1
     min_nodes = max(exclusive, default=0)
     columns = []
     for pool in templates:
@@ -301,7 +304,7 @@ def _repack(
     dims: Sequence[str],
     grain: Sequence[int],
     vectors: Sequence[Vector],
-    member_of: Sequence[tuple[tuple[int, bool], ...]],
+    member_of: Sequence[Membership],
     caps: Sequence[int],
     pod_index: Mapping[str, int],
     requests_of: Mapping[str, resources.ResourceList],
@@ -347,8 +350,8 @@ def _repack(
     demand = [sum(v[d] for v in group_vectors) for d in range(len(dims))]
     owners: dict[int, int] = {}
     for membership in group_membership:
-        for cls, is_owner in membership:
-            if is_owner and cls in exclusive and classes[cls].exclusive:
+        for cls, is_owner, is_member in membership:
+            if is_owner and is_member and cls in exclusive and classes[cls].exclusive:
                 owners[cls] = owners.get(cls, 0) + 1
     columns = [(o.room, o.price) for o in options]
     min_nodes = max(owners.values(), default=0)

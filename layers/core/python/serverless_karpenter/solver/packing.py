@@ -36,7 +36,9 @@ OPENER_CHOICES = 3
 # the lowest gap on average, 0 the highest (see benchmarks/README.md).
 FILL_POD_PENALTIES = (0.03,)
 FILL_EXPANSIONS = 3000
-Membership = tuple[tuple[int, bool], ...]
+# Per pod, its classes as (class index, is owner, is member). Only members count toward a cap: an owner
+# that is no member adds nothing, it only needs the members beside it within the cap.
+Membership = tuple[tuple[int, bool, bool], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,13 +158,16 @@ def pack_with(
                 if not kind.items or not limit or not kind.zones & node.zones:
                     continue
                 take = min(limit, len(kind.items))
-                for cls, is_owner in kind.membership:
+                for cls, is_owner, is_member in kind.membership:
                     if is_owner or cls in owner:
-                        take = min(take, caps[cls] - count.get(cls, 0))
+                        spare = caps[cls] - count.get(cls, 0)
+                        if spare < take and (is_member or spare < 0):
+                            take = spare
                 if take <= 0:
                     continue
-                for cls, is_owner in kind.membership:
-                    count[cls] = count.get(cls, 0) + take
+                for cls, is_owner, is_member in kind.membership:
+                    if is_member:
+                        count[cls] = count.get(cls, 0) + take
                     if is_owner:
                         owner.add(cls)
                 node.zones &= kind.zones
@@ -289,7 +294,7 @@ def pack_adaptive(
         (shape, kind)
         for shape in shapes
         for kind in shape.kinds
-        if any(is_owner and cls in exclusive for cls, is_owner in kind.membership)
+        if any(is_owner and is_member and cls in exclusive for cls, is_owner, is_member in kind.membership)
     ]
 
     def opener_types(vector: Vector) -> list[NodeOption]:
@@ -489,8 +494,9 @@ def _fill(
         left -= 1
         for d in range(len(residual)):
             residual[d] -= shape.vector[d]
-        for cls, is_owner in kind.membership:
-            count[cls] = 1
+        for cls, is_owner, is_member in kind.membership:
+            if is_member:
+                count[cls] = 1
             if is_owner:
                 owner.add(cls)
     for shape, kind in also:
@@ -500,8 +506,8 @@ def _fill(
         if any(v > r for v, r in zip(shape.vector, residual, strict=True)):
             continue
         if any(
-            (is_owner or cls in owner) and count.get(cls, 0) + 1 > caps[cls]
-            for cls, is_owner in kind.membership
+            (is_owner or cls in owner) and count.get(cls, 0) + is_member > caps[cls]
+            for cls, is_owner, is_member in kind.membership
         ):
             continue
         plan.append((kind, 1))
@@ -510,8 +516,9 @@ def _fill(
         left -= 1
         for d in range(len(residual)):
             residual[d] -= shape.vector[d]
-        for cls, is_owner in kind.membership:
-            count[cls] = count.get(cls, 0) + 1
+        for cls, is_owner, is_member in kind.membership:
+            if is_member:
+                count[cls] = count.get(cls, 0) + 1
             if is_owner:
                 owner.add(cls)
     for s in order:
@@ -525,13 +532,16 @@ def _fill(
             if available <= 0 or not limit or not kind.zones & zones:
                 continue
             take = min(limit, available)
-            for cls, is_owner in kind.membership:
+            for cls, is_owner, is_member in kind.membership:
                 if is_owner or cls in owner:
-                    take = min(take, caps[cls] - count.get(cls, 0))
+                    spare = caps[cls] - count.get(cls, 0)
+                    if spare < take and (is_member or spare < 0):
+                        take = spare
             if take <= 0:
                 continue
-            for cls, is_owner in kind.membership:
-                count[cls] = count.get(cls, 0) + take
+            for cls, is_owner, is_member in kind.membership:
+                if is_member:
+                    count[cls] = count.get(cls, 0) + take
                 if is_owner:
                     owner.add(cls)
             plan.append((kind, take))
@@ -576,9 +586,11 @@ def _fill_dot(
                 if available <= 0 or not kind.zones & zones:
                     continue
                 take = min(fit, available)
-                for cls, is_owner in kind.membership:
+                for cls, is_owner, is_member in kind.membership:
                     if is_owner or cls in owner:
-                        take = min(take, caps[cls] - count.get(cls, 0))
+                        spare = caps[cls] - count.get(cls, 0)
+                        if spare < take and (is_member or spare < 0):
+                            take = spare
                 if take <= 0:
                     continue
                 score = 0.0
@@ -594,8 +606,9 @@ def _fill_dot(
         kinds_by_id[id(kind)] = kind
         zones &= kind.zones
         taken[id(kind)] = taken.get(id(kind), 0) + take
-        for cls, is_owner in kind.membership:
-            count[cls] = count.get(cls, 0) + take
+        for cls, is_owner, is_member in kind.membership:
+            if is_member:
+                count[cls] = count.get(cls, 0) + take
             if is_owner:
                 owner.add(cls)
         for d in range(dims):
@@ -607,7 +620,7 @@ def _fill_dot(
 
 @dataclass(slots=True)
 class _Fill:
-    """A node being filled: room left, pods per class, classes with an owner here, zones left."""
+    """A node being filled: room left, members per class, classes with an owner here, zones left."""
 
     residual: list[int]
     count: dict[int, int]
@@ -630,13 +643,16 @@ class _Fill:
             if available <= 0 or not kind.zones & self.zones:
                 continue
             take = min(want, available)
-            for cls, is_owner in kind.membership:
+            for cls, is_owner, is_member in kind.membership:
                 if is_owner or cls in self.owner:
-                    take = min(take, caps[cls] - self.count.get(cls, 0))
+                    spare = caps[cls] - self.count.get(cls, 0)
+                    if spare < take and (is_member or spare < 0):
+                        take = spare
             if take <= 0:
                 continue
-            for cls, is_owner in kind.membership:
-                self.count[cls] = self.count.get(cls, 0) + take
+            for cls, is_owner, is_member in kind.membership:
+                if is_member:
+                    self.count[cls] = self.count.get(cls, 0) + take
                 if is_owner:
                     self.owner.add(cls)
             self.zones &= kind.zones
@@ -658,8 +674,9 @@ def _opening(
     state = _Fill([r - u for r, u in zip(room, opening_used, strict=True)], {}, set(), opening_zones)
     for kind, n in opening:
         held[id(kind)] = held.get(id(kind), 0) + n
-        for cls, is_owner in kind.membership:
-            state.count[cls] = state.count.get(cls, 0) + n
+        for cls, is_owner, is_member in kind.membership:
+            if is_member:
+                state.count[cls] = state.count.get(cls, 0) + n
             if is_owner:
                 state.owner.add(cls)
     return state, held
