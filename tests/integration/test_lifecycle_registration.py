@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client as k8s
 from serverless_karpenter import amifamily
 from serverless_karpenter.adapters import kubernetes as gateway_module
+from serverless_karpenter.adapters.ec2 import RESOLVE_TTL
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 from serverless_karpenter.lifecycle.reconciler import LifecycleReconciler
@@ -156,6 +157,8 @@ def test_nodeclass_status_is_written_through_the_status_subresource(sim: Simulat
         ],
     )["Subnet"]["SubnetId"]
 
+    # What the selectors resolved to is cached for Karpenter's minute: the new subnet is seen after it.
+    sim.clock.advance(RESOLVE_TTL.total_seconds())
     LifecycleReconciler(sim.plane).resolve_nodeclasses()
     status = nodeclass_status(sim, "default")
     assert {s["id"] for s in status["subnets"]} == {*resources.subnet_ids, bigger}

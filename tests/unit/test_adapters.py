@@ -14,6 +14,7 @@ import pytest
 import yaml
 from moto import mock_aws
 from serverless_karpenter import amifamily, state_schema
+from serverless_karpenter.adapters.ec2 import NodeClassResolver
 from serverless_karpenter.adapters.eks_token import TOKEN_PREFIX, TokenSource, decode_token, presigned_token
 from serverless_karpenter.adapters.state_store import ConflictError, Lease, NodeClaimStore
 from serverless_karpenter.clock import ManualClock
@@ -150,3 +151,78 @@ def test_the_lease_has_one_holder_until_it_expires(aws: None) -> None:
     assert b.token > a.token  # the fencing token moved on
     b.release()
     assert a.acquire(NOW + timedelta(seconds=92), 60)
+
+
+def test_nodeclass_resolution_is_cached_for_a_minute_per_spec(aws: None) -> None:
+    ec2: Any = boto3.client("ec2", region_name="us-east-1")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    tags = [{"Key": "karpenter.sh/discovery", "Value": "c1"}]
+    ec2.create_subnet(
+        VpcId=vpc,
+        CidrBlock="10.0.0.0/20",
+        AvailabilityZone="us-east-1a",
+        TagSpecifications=[{"ResourceType": "subnet", "Tags": tags}],
+    )
+    ec2.create_security_group(
+        GroupName="nodes",
+        Description="nodes",
+        VpcId=vpc,
+        TagSpecifications=[{"ResourceType": "security-group", "Tags": tags}],
+    )
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    calls: list[str] = []
+
+    def count(model: Any, **_: Any) -> None:  # returning a value would short-circuit the call
+        if model.name.startswith("Describe"):
+            calls.append(model.name)
+
+    ec2.meta.events.register("before-call.ec2.*", count)
+    clock = ManualClock(NOW)
+    resolver = NodeClassResolver(
+        ec2,
+        boto3.client("ssm", region_name="us-east-1"),
+        boto3.client("iam", region_name="us-east-1"),
+        "c1",
+        "1.31",
+        now=clock.now,
+    )
+    nodeclass: dict[str, Any] = {
+        "metadata": {"name": "default"},
+        "spec": {
+            "amiFamily": "AL2023",
+            "amiSelectorTerms": [{"id": image}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c1"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c1"}}],
+            "instanceProfile": "nodes",
+        },
+    }
+    first = resolver.resolve(nodeclass)
+    described = len(calls)
+    assert described > 0 and [s.zone for s in first.subnets] == ["us-east-1a"]
+
+    # Within the minute: the same answer, no call to EC2, though EC2 has changed meanwhile.
+    ec2.create_subnet(
+        VpcId=vpc,
+        CidrBlock="10.0.16.0/20",
+        AvailabilityZone="us-east-1b",
+        TagSpecifications=[{"ResourceType": "subnet", "Tags": tags}],
+    )
+    clock.advance(59)
+    assert resolver.resolve(nodeclass) is first
+    assert len(calls) == described
+
+    # An edited spec is resolved afresh at once.
+    edited = {**nodeclass, "spec": {**nodeclass["spec"], "tags": {"team": "web"}}}
+    assert {s.zone for s in resolver.resolve(edited).subnets} == {"us-east-1a", "us-east-1b"}
+
+    # After the minute, EC2 is asked again.
+    clock.advance(61)
+    calls.clear()
+    assert {s.zone for s in resolver.resolve(nodeclass).subnets} == {"us-east-1a", "us-east-1b"}
+    assert calls
+
+    # A selector that matches nothing is an error each time, never a cached answer.
+    broken = {**nodeclass, "spec": {**nodeclass["spec"], "subnetSelectorTerms": [{"tags": {"none": "x"}}]}}
+    for _ in range(2):
+        with pytest.raises(ValueError, match="subnetSelectorTerms"):
+            resolver.resolve(broken)

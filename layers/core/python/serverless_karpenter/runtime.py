@@ -234,6 +234,7 @@ def build_control_plane(settings: Settings | None = None, clock: Clock | None = 
             aws.client("iam", region),
             settings.cluster_name,
             info.kubernetes_version,
+            now=clock.now,
         ),
         instance_types=instance_types,
     )

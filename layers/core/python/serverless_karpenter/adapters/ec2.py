@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -159,17 +159,52 @@ def _tags(tags: Iterable[Mapping[str, str]] | None) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in tags or []}
 
 
-class NodeClassResolver:
-    """Turns an EC2NodeClass's selector terms into subnets, security groups, AMIs and a profile."""
+# Karpenter's cache TTL for what subnet, security-group and AMI selectors resolve to: a change in EC2
+# (a new AMI behind an alias, a newly tagged subnet) is seen within a minute, and a pass that resolves
+# every EC2NodeClass (the provisioner does each invocation, the lifecycle reconcile again) costs no API
+# calls in between.
+RESOLVE_TTL = timedelta(minutes=1)
 
-    def __init__(self, ec2: Any, ssm: Any, iam: Any, cluster_name: str, kubernetes_version: str) -> None:
+
+class NodeClassResolver:
+    """Turns an EC2NodeClass's selector terms into subnets, security groups, AMIs and a profile.
+
+    Results are cached for :data:`RESOLVE_TTL` per (name, spec): an edited spec resolves afresh at once.
+    Failures are not cached, so a fixed set-up is seen on the next pass.
+    """
+
+    def __init__(
+        self,
+        ec2: Any,
+        ssm: Any,
+        iam: Any,
+        cluster_name: str,
+        kubernetes_version: str,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
         self._ec2 = ec2
         self._ssm = ssm
         self._iam = iam
         self._cluster = cluster_name
         self._k8s_version = kubernetes_version
+        self._now = now
+        self._cache: dict[tuple[str, str], tuple[datetime, ResolvedNodeClass]] = {}
 
     def resolve(self, nodeclass: Mapping[str, Any]) -> ResolvedNodeClass:
+        if self._now is None:
+            return self._resolve(nodeclass)
+        key = (nodeclass["metadata"]["name"], json.dumps(nodeclass.get("spec") or {}, sort_keys=True))
+        now = self._now()
+        cached = self._cache.get(key)
+        if cached is not None and now - cached[0] < RESOLVE_TTL:
+            return cached[1]
+        resolved = self._resolve(nodeclass)
+        # One entry per EC2NodeClass: an older spec's entry is dropped, not left to grow the cache.
+        self._cache = {k: v for k, v in self._cache.items() if k[0] != key[0]}
+        self._cache[key] = (now, resolved)
+        return resolved
+
+    def _resolve(self, nodeclass: Mapping[str, Any]) -> ResolvedNodeClass:
         spec = nodeclass.get("spec") or {}
         name = nodeclass["metadata"]["name"]
         subnets = self.subnets(spec.get("subnetSelectorTerms") or [])
