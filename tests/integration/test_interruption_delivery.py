@@ -123,7 +123,8 @@ def test_duplicates_malformed_and_transient_failures(sim: Simulation) -> None:
     assert "not JSON" in dlq[0]["MessageAttributes"]["reason"]["StringValue"]
     events = k8s.CoreV1Api(sim.api_client).list_event_for_all_namespaces().items
     assert any(
-        e.reason == "RebalanceRecommendation" and e.involved_object.name == third.node_name for e in events
+        e.reason == "SpotRebalanceRecommendation" and e.involved_object.name == third.node_name
+        for e in events
     )
     assert (
         sim.sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessages"])[
@@ -162,7 +163,7 @@ def test_duplicates_malformed_and_transient_failures(sim: Simulation) -> None:
     assert sim.events_handled == 7
     assert sim.lambdas.errors.get("interruption", 0) == 0
     events = k8s.CoreV1Api(sim.api_client).list_event_for_all_namespaces().items
-    rebalance_events = [e for e in events if e.reason == "RebalanceRecommendation"]
+    rebalance_events = [e for e in events if e.reason == "SpotRebalanceRecommendation"]
     assert sum(e.count or 1 for e in rebalance_events) == 3
 
     # Two nodes drained at once against minAvailable 2: the PDB refuses one eviction (429), which is

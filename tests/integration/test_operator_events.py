@@ -1,4 +1,4 @@
-"""Kubernetes Events on NodePools and Nodes (issue 9), on the simulator's API server.
+"""Kubernetes Events on NodePools, Nodes and Pods (issue 9), on the simulator's API server.
 
 Each test runs one provisioning or disruption pass itself, between ticks, so that what one pass records
 can be counted exactly."""
@@ -17,6 +17,7 @@ from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter.provisioning.provisioner import Provisioner
 from serverless_karpenter_sim.simulation import Simulation
 
+from tests.integration.interruption_helpers import SpotInterruption, spot_interruption_simulation
 from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
 
 pytestmark = pytest.mark.integration
@@ -91,9 +92,36 @@ def test_nodepools_without_a_ready_ec2nodeclass_get_a_warning_per_pass(tmp_path:
             unready_message
             == 'EC2NodeClass "unready" is not ready: spec.subnetSelectorTerms: no subnet matches'
         )
-        # The pods still say why, NodePool by NodePool.
-        failed = sim.kube.core.list_event_for_all_namespaces(field_selector="reason=FailedProvisioning").items
-        assert failed and all(e.involved_object.kind == "Pod" for e in failed)
+        # The pods still say why, NodePool by NodePool, under Karpenter's reason.
+        failed = sim.kube.core.list_event_for_all_namespaces(field_selector="reason=FailedScheduling").items
+        assert failed and all(e.involved_object.kind == "Pod" and e.type == "Warning" for e in failed)
+        assert all((e.message or "").startswith("Failed to schedule pod, ") for e in failed)
+        assert 'nodepool "missing": ' in (failed[0].message or "")
+    finally:
+        sim.stop()
+
+
+def test_a_nodepool_no_instance_type_satisfies_gets_no_compatible_instance_types(tmp_path: Path) -> None:
+    impossible = copy.deepcopy(nodepool("impossible"))  # the helper shares the default scenario's spec
+    impossible["spec"]["template"]["spec"]["requirements"] = [
+        {"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["no-such.metal"]}
+    ]
+    sim = simulation(
+        tmp_path,
+        {"name": "no-types", "manifests": [impossible, nodeclass(), deployment("web", 1)], "steps": []},
+    )
+    try:
+        sim.start()
+        sim.run_for(5)
+        before = _recorded(_events(sim, "NodePool", "impossible", "NoCompatibleInstanceTypes"))
+        outcome = Provisioner(sim.plane).provision()
+        assert len(outcome.unschedulable) == 1 and not outcome.launched
+        events = _events(sim, "NodePool", "impossible", "NoCompatibleInstanceTypes")
+        assert _recorded(events) == before + 1
+        assert events[-1].type == "Warning"
+        assert (
+            events[-1].message == "NodePool requirements filtered out all compatible available instance types"
+        )
     finally:
         sim.stop()
 
@@ -184,3 +212,25 @@ def test_the_same_event_again_raises_the_count_of_one_event(tmp_path: Path) -> N
         ]
     finally:
         sim.stop()
+
+
+def test_a_spot_interruption_leaves_karpenters_interruption_events_on_the_node() -> None:
+    with spot_interruption_simulation() as sim:
+        run = SpotInterruption.prepare(sim)
+        node = run.victim.node_name
+        assert node
+        run.send()
+        for _, acted in run.follow(horizon_seconds=30):
+            if acted:
+                break
+        assert run.acted_at is not None
+        warned = _events(sim, "Node", node, "SpotInterrupted")
+        terminating = _events(sim, "Node", node, "TerminatingOnInterruption")
+        assert [(e.type, e.message) for e in warned] == [
+            ("Warning", "Spot interruption warning was triggered")
+        ]
+        assert [(e.type, e.message) for e in terminating] == [
+            ("Warning", "Interruption triggered termination for the Node")
+        ]
+        # Karpenter's interruption controller deletes the NodeClaim itself: no disruption controller Event.
+        assert _events(sim, "Node", node, "DisruptionTerminating") == []

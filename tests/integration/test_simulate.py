@@ -161,8 +161,13 @@ def test_spot_interruption_and_a_malformed_message(tmp_path: Path) -> None:
     finally:
         sim.stop()
     reasons = {(e.involved_object.kind, e.reason) for e in events}
-    # Karpenter's events: pods nominated for new claims, the node disrupted, its pods evicted.
-    assert {("Pod", "Nominated"), ("Node", "DisruptionTerminating"), ("Pod", "Evicted")} <= reasons
+    # Karpenter's events: pods nominated for new claims, the node interrupted, its pods evicted.
+    assert {
+        ("Pod", "Nominated"),
+        ("Node", "SpotInterrupted"),
+        ("Node", "TerminatingOnInterruption"),
+        ("Pod", "Evicted"),
+    } <= reasons
     assert report["events_handled"] == 2
     assert report["dlq_messages"] == 1
     first = report["nodeclaims"][0]

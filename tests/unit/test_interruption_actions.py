@@ -47,7 +47,8 @@ class FakeStore:
 @dataclass
 class FakeKube:
     nodes: dict[str, dict[str, Any]]
-    events: list[tuple[str, str]] = field(default_factory=list)
+    events: list[tuple[str, str]] = field(default_factory=list)  # (object name, reason)
+    recorded: list[tuple[str, str, str]] = field(default_factory=list)  # (reason, message, type)
     deleted: list[str] = field(default_factory=list)
 
     def get_node(self, name: str) -> dict[str, Any] | None:
@@ -68,8 +69,11 @@ class FakeKube:
     def remove_node_finalizer(self, node: dict[str, Any], finalizer: str) -> None:
         self.nodes.pop(node["metadata"]["name"], None)
 
-    def record_event(self, obj: dict[str, Any], reason: str, message: str, event_type: str = "") -> None:
+    def record_event(
+        self, obj: dict[str, Any], reason: str, message: str, event_type: str = "Normal"
+    ) -> None:
         self.events.append((obj["metadata"]["name"], reason))
+        self.recorded.append((reason, message, event_type))
 
 
 @dataclass
@@ -139,6 +143,10 @@ def sample(name: str) -> Any:
     return parse_message((SAMPLES / name).read_text())
 
 
+NODE = "ip-10-0-0-1.ec2.internal"
+TERMINATING = (NODE, "TerminatingOnInterruption")
+
+
 def tainted(w: World) -> bool:
     node = w.kube.nodes["ip-10-0-0-1.ec2.internal"]
     return any(t["key"] == wk.DISRUPTED_TAINT_KEY for t in node["spec"]["taints"]) and node["metadata"][
@@ -147,14 +155,18 @@ def tainted(w: World) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("name", "reason"),
+    ("name", "reason", "event"),
     [
-        ("spot-interruption-warning.json", "SpotInterrupted"),
-        ("aws-health-scheduled-change.json", "ScheduledChange"),
-        ("capacity-reservation-interruption-warning.json", "CapacityReservationInterrupted"),
+        ("spot-interruption-warning.json", "SpotInterrupted", "SpotInterrupted"),
+        ("aws-health-scheduled-change.json", "ScheduledChange", "InstanceUnhealthy"),
+        (
+            "capacity-reservation-interruption-warning.json",
+            "CapacityReservationInterrupted",
+            "CapacityReservationInstanceInterrupted",
+        ),
     ],
 )
-def test_cordon_and_drain_samples_taint_and_delete_the_node(name: str, reason: str) -> None:
+def test_cordon_and_drain_samples_taint_and_delete_the_node(name: str, reason: str, event: str) -> None:
     message = sample(name)
     instance_id = message.instance_ids()[0]
     w = world(instance_id)
@@ -162,6 +174,10 @@ def test_cordon_and_drain_samples_taint_and_delete_the_node(name: str, reason: s
     assert outcome.actions == {instance_id: Action.CORDON_AND_DRAIN}
     record = w.store.records["default-abcde"]
     assert record.state == NodeClaimState.DISRUPTING and record.disruption_reason == reason
+    # Karpenter's Events: the kind's, then the deletion's; not the disruption controller's
+    # DisruptionTerminating, which its interruption controller never records.
+    assert w.kube.events == [(NODE, event), TERMINATING]
+    assert all(t == "Warning" for _, _, t in w.kube.recorded)
     assert tainted(w)
     assert w.kube.deleted == ["ip-10-0-0-1.ec2.internal"]  # our finalizer drains it from here
     assert w.launcher.terminated == []  # terminated only after the drain
@@ -176,7 +192,10 @@ def test_rebalance_recommendation_is_an_event_by_default() -> None:
     message = sample("rebalance-recommendation.json")
     w = world(message.instance_ids()[0])
     assert handle(w.plane, message).actions == {message.instance_ids()[0]: Action.EVENT}
-    assert w.kube.events == [("ip-10-0-0-1.ec2.internal", "RebalanceRecommendation")]
+    assert w.kube.events == [(NODE, "SpotRebalanceRecommendation")]
+    assert w.kube.recorded == [
+        ("SpotRebalanceRecommendation", "Spot rebalance recommendation was triggered", "Normal")
+    ]
     assert w.store.records["default-abcde"].state == NodeClaimState.INITIALIZED
     assert w.kube.deleted == [] and not tainted(w)
 
@@ -189,6 +208,7 @@ def test_rebalance_recommendation_with_replace_drains_after_the_replacement() ->
     assert record.state == NodeClaimState.DISRUPTING
     assert REPLACE_FIRST_UNTIL in record.annotations  # evictions wait for the replacement
     assert tainted(w)
+    assert w.kube.events == [(NODE, "SpotRebalanceRecommendation"), TERMINATING]
 
 
 def test_state_change_pending_is_no_action() -> None:
@@ -197,6 +217,7 @@ def test_state_change_pending_is_no_action() -> None:
     assert handle(w.plane, message).actions == {"i-abcd1111": Action.NO_ACTION}
     assert w.store.records["default-abcde"].state == NodeClaimState.INITIALIZED
     assert w.kube.deleted == [] and w.launcher.terminated == [] and not tainted(w)
+    assert w.kube.events == []
 
 
 @pytest.mark.parametrize("state", ["running", "pending"])
@@ -213,6 +234,7 @@ def test_state_change_terminated_cleans_up_at_once_when_the_instance_is_gone() -
     w = world(message.instance_ids()[0], instance_state="terminated")
     assert handle(w.plane, message).actions == {message.instance_ids()[0]: Action.CLEAN_UP}
     assert w.kube.nodes == {}  # Node deleted and its finalizer removed
+    assert w.kube.events == [(NODE, "InstanceTerminating"), TERMINATING]
     record = w.store.records["default-abcde"]
     assert record.state == NodeClaimState.TERMINATED and record.terminated_at is not None
 
@@ -225,6 +247,8 @@ def test_state_change_stopping_cordons_and_drains(state: str) -> None:
     w = world(message.instance_ids()[0], instance_state=state)
     assert handle(w.plane, message).actions == {message.instance_ids()[0]: Action.CORDON_AND_DRAIN}
     assert tainted(w) and w.kube.deleted
+    assert w.kube.events == [(NODE, "InstanceStopping"), TERMINATING]
+    assert w.kube.recorded[0] == ("InstanceStopping", "Instance is stopping", "Warning")
 
 
 def test_instances_that_are_not_ours_are_acknowledged(capsys: pytest.CaptureFixture[str]) -> None:
@@ -254,7 +278,21 @@ def test_a_repeated_warning_does_not_restart_the_drain_but_tightens_its_deadline
     w.store.records["default-abcde"] = w.store.records["default-abcde"].model_copy(
         update={"state": NodeClaimState.DRAINING, "disruption_reason": "Underutilized"}
     )
+    w.kube.nodes[NODE]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     handle(w.plane, message)
     record = w.store.records["default-abcde"]
     assert record.state == NodeClaimState.DRAINING and record.disruption_reason == "Underutilized"
     assert record.drain_deadline == message.time + SPOT_WARNING
+    # The node was already going: the warning is told, but the deletion was not its doing.
+    assert w.kube.events == [(NODE, "SpotInterrupted")]
+
+
+def test_a_warning_for_a_node_already_being_deleted_records_the_kind_only() -> None:
+    message = sample("aws-health-scheduled-change.json")
+    w = world(message.instance_ids()[0])
+    w.kube.nodes[NODE]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    handle(w.plane, message)
+    assert w.kube.events == [(NODE, "InstanceUnhealthy")]
+    assert w.kube.recorded == [
+        ("InstanceUnhealthy", "An unhealthy warning was triggered for the instance", "Warning")
+    ]

@@ -13,7 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 from serverless_karpenter.adapters import aws
-from serverless_karpenter.adapters.kubernetes import EvictionResult
+from serverless_karpenter.adapters.kubernetes import EvictionResult, KubernetesError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.clock import ManualClock, to_rfc3339
 from serverless_karpenter.config import Settings
@@ -72,6 +72,7 @@ class Cluster:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     refuse: set[str] = field(default_factory=set)
+    failing: set[str] = field(default_factory=set)  # pods whose eviction the API server fails (503)
     eviction_attempts: list[str] = field(default_factory=list)
     deletions: list[tuple[str, int | None]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (object name, reason, message)
@@ -103,6 +104,8 @@ class Cluster:
     def evict(self, p: dict[str, Any]) -> str:
         name = p["metadata"]["name"]
         self.eviction_attempts.append(name)
+        if name in self.failing:
+            raise KubernetesError("503 Service Unavailable: b'etcdserver: request timed out'", 503)
         if name in self.refuse:
             return EvictionResult.BLOCKED
         self.pods[name]["metadata"]["deletionTimestamp"] = to_rfc3339(NOW)
@@ -236,12 +239,12 @@ def test_evictions_go_by_priority_group() -> None:
         w.cluster.kubelet_finishes()
         w.clock.advance(5)
     assert order == [["default/app"], ["default/ds"], ["default/crit"], ["default/crit-ds"]]
-    # Each eviction is told to the pod, as Karpenter's Evicted event.
-    assert [(name, reason) for name, reason, _ in w.cluster.events if reason == "Evicted"] == [
-        ("app", "Evicted"),
-        ("ds", "Evicted"),
-        ("crit", "Evicted"),
-        ("crit-ds", "Evicted"),
+    # Each eviction is told to the pod, as Karpenter's Evicted event, with the node's disruption reason.
+    assert [(name, message) for name, reason, message in w.cluster.events if reason == "Evicted"] == [
+        ("app", "Evicted pod: SpotInterrupted"),
+        ("ds", "Evicted pod: SpotInterrupted"),
+        ("crit", "Evicted pod: SpotInterrupted"),
+        ("crit-ds", "Evicted pod: SpotInterrupted"),
     ]
 
 
@@ -410,3 +413,56 @@ def test_unfinished_drains_requeue_a_delayed_message(sqs: Any) -> None:
     assert not queue_termination_pass(
         ControlPlane(**{**w.plane.__dict__, "settings": Settings(cluster_name="test")}), 0, "x"
     )
+
+
+def failed_draining(w: World) -> list[str]:
+    return [message for name, reason, message in w.cluster.events if reason == "FailedDraining"]
+
+
+def test_an_eviction_the_api_server_fails_is_failed_draining_and_the_other_pods_go_on() -> None:
+    w = world(pod("bad"), pod("good"))
+    w.cluster.failing.add("bad")
+    [progress] = w.terminator().reconcile()
+    assert progress.evicted == ["default/good"] and not progress.finished
+    assert failed_draining(w) == ["Failed to drain node, evicting pod returned 503 (Pod=default/bad)"]
+    assert [name for name, reason, _ in w.cluster.events if reason == "FailedDraining"] == [NODE]
+    # Next pass the API server answers: the pod is evicted, and nothing failed.
+    w.cluster.failing.clear()
+    w.clock.advance(5)
+    [progress] = w.terminator().reconcile()
+    assert progress.evicted == ["default/bad"] and len(failed_draining(w)) == 1
+
+
+def test_a_pdb_refusal_is_failed_draining_but_waiting_is_not() -> None:
+    w = world(pod("guarded"), pod("precious", annotations={wk.DO_NOT_DISRUPT: "true"}))
+    w.cluster.refuse.add("guarded")
+    [progress] = w.terminator().reconcile()
+    assert progress.blocked == ["default/guarded"] and progress.waiting == ["default/precious"]
+    assert failed_draining(w) == ["Failed to drain node, evicting pod violates a PDB (Pod=default/guarded)"]
+    w.clock.advance(1)  # in back-off: no eviction asked, so nothing failed
+    w.terminator().reconcile()
+    assert len(failed_draining(w)) == 1
+
+
+def test_a_termination_grace_period_is_announced_once_and_its_deletions_told_to_the_pods() -> None:
+    w = world(pod("app", grace=10), termination_grace_period_seconds=60)
+    w.cluster.refuse.add("app")
+    w.terminator().reconcile()
+    w.clock.advance(5)
+    w.terminator().reconcile()
+    expiring = [(n, m) for n, r, m in w.cluster.events if r == "TerminationGracePeriodExpiring"]
+    assert expiring == [(NODE, "All pods will be deleted by 2026-01-01T00:01:00Z")]
+    w.clock.advance(50)
+    w.terminator().reconcile()
+    assert w.cluster.deletions == [("app", 5)]
+    [(name, message)] = [(n, m) for n, r, m in w.cluster.events if r == "Disrupted"]
+    assert name == "app" and message.startswith(
+        "Deleting the pod to accommodate the terminationTime 2026-01-01T00:01:00Z of the node. "
+        "The pod was granted 5 seconds of grace-period of its 10 terminationGracePeriodSeconds."
+    )
+
+
+def test_no_termination_grace_period_no_expiring_event() -> None:
+    w = world(pod("app"), drain_deadline=NOW + timedelta(minutes=2))  # a spot warning's deadline
+    w.terminator().reconcile()
+    assert not [r for _, r, _ in w.cluster.events if r == "TerminationGracePeriodExpiring"]

@@ -57,6 +57,18 @@ BUDGET_REASON = {
 }
 # Karpenter considers at most this many candidates in one multi-node consolidation.
 MULTI_NODE_MAX = 100
+# Karpenter's Unconsolidatable messages for the reasons consolidation computes here (``explain node``
+# gives ours in full).
+CANT_REPLACE_CHEAPER = "Can't replace with a cheaper node"
+SPOT_TO_SPOT_DISABLED = "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
+
+
+def consolidation_disabled(nodepool: str) -> str:
+    return f'NodePool "{nodepool}" has consolidation disabled'
+
+
+def non_empty_consolidation_disabled(nodepool: str) -> str:
+    return f'NodePool "{nodepool}" has non-empty consolidation disabled'
 
 
 @dataclass
@@ -84,11 +96,22 @@ class Evaluation:
     # nodeclaim -> [(method, why it did not act)], in method order.
     notes: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     blockers: dict[str, Blocker] = field(default_factory=dict)  # the first blocking rule per nodeclaim
+    # nodeclaim -> Karpenter's Unconsolidatable message, for the first reason it has one for.
+    unconsolidatable: dict[str, str] = field(default_factory=dict)
 
-    def note(self, name: str, method: str, text: str, blocker: Blocker | None = None) -> None:
+    def note(
+        self,
+        name: str,
+        method: str,
+        text: str,
+        blocker: Blocker | None = None,
+        unconsolidatable: str | None = None,
+    ) -> None:
         self.notes.setdefault(name, []).append((method, text))
         if blocker is not None:
             self.blockers.setdefault(name, blocker)
+        if unconsolidatable is not None:
+            self.unconsolidatable.setdefault(name, unconsolidatable)
 
 
 # --- budgets ----------------------------------------------------------------------------------------------
@@ -156,8 +179,9 @@ def _describe_unschedulable(result: SchedulingResult) -> str:
 
 def cheaper_replacement(
     snapshot: Snapshot, removed: Sequence[Candidate], claim: NewNodeClaim, options: Options
-) -> tuple[NewNodeClaim | None, str]:
-    """The replacement restricted to instance types cheap enough to be worth it, or why there is none."""
+) -> tuple[NewNodeClaim | None, str, str]:
+    """The replacement restricted to instance types cheap enough to be worth it, or why there is none
+    (and Karpenter's Unconsolidatable message for it; "" with a replacement)."""
     current = sum(c.price for c in removed)
     priced = sorted(
         ((it, *_price(claim, it)) for it in claim.instance_types), key=lambda t: (t[1], t[0].name)
@@ -188,16 +212,22 @@ def cheaper_replacement(
             continue
         kept.append((it, price, capacity_type))
     all_spot = all(c.capacity_type == wk.CAPACITY_TYPE_SPOT for c in removed)
+    event = CANT_REPLACE_CHEAPER
     if all_spot:
         spot = [k for k in kept if k[2] == wk.CAPACITY_TYPE_SPOT]
         if spot:
             if not options.spot_to_spot or len(removed) > 1:
                 kept = [k for k in kept if k[2] != wk.CAPACITY_TYPE_SPOT]
+                if not options.spot_to_spot:
+                    event = SPOT_TO_SPOT_DISABLED
             elif len(spot) < options.spot_to_spot_min_types:
                 kept = []
-                return None, (
+                return (
+                    None,
                     f"spot-to-spot replacement needs {options.spot_to_spot_min_types} cheaper instance "
-                    f"types, found {len(spot)}"
+                    f"types, found {len(spot)}",
+                    f"SpotToSpotConsolidation requires {options.spot_to_spot_min_types} cheaper instance "
+                    f"type options than the current candidate to consolidate, got {len(spot)}",
                 )
             else:
                 kept = spot[: options.spot_to_spot_min_types]
@@ -209,7 +239,11 @@ def cheaper_replacement(
             if merges_daemons
             else f"needs ≥{options.min_savings_percent:g}% saving, a different type or capacity type"
         )
-        return None, f"no cheaper replacement: current {current_text}; best replacement {best} ({rule})"
+        return (
+            None,
+            f"no cheaper replacement: current {current_text}; best replacement {best} ({rule})",
+            event,
+        )
     names = {it.name for it, _, _ in kept}
     replacement = NewNodeClaim(
         nodepool=claim.nodepool,
@@ -223,24 +257,30 @@ def cheaper_replacement(
         pods=list(claim.pods),
     )
     saving = current - kept[0][1]
-    return replacement, f"replace with {kept[0][0].name} ${kept[0][1]:.4f}/h, saving ${saving:.4f}/h"
+    return replacement, f"replace with {kept[0][0].name} ${kept[0][1]:.4f}/h, saving ${saving:.4f}/h", ""
 
 
 def consolidate(
     snapshot: Snapshot, removed: Sequence[Candidate], options: Options, method: str
-) -> tuple[Command | None, str]:
+) -> tuple[Command | None, str, str]:
+    """The command, or why there is none and Karpenter's Unconsolidatable message for it."""
     result = simulate(snapshot, removed)
     if result.unschedulable:
-        return None, _describe_unschedulable(result)
+        why = _describe_unschedulable(result)
+        return None, why, why  # Karpenter's is its scheduler's errors, as ours
     if not result.new_nodeclaims:
         where = ", ".join(sorted(result.existing)) or "nowhere (no pods)"
-        return Command(method, list(removed), detail=f"pods fit on existing capacity: {where}"), ""
+        return Command(method, list(removed), detail=f"pods fit on existing capacity: {where}"), "", ""
     if len(result.new_nodeclaims) > 1:
-        return None, f"its pods would need {len(result.new_nodeclaims)} new nodes"
-    replacement, why = cheaper_replacement(snapshot, removed, result.new_nodeclaims[0], options)
+        return (
+            None,
+            f"its pods would need {len(result.new_nodeclaims)} new nodes",
+            f"Can't remove without creating {len(result.new_nodeclaims)} candidates",
+        )
+    replacement, why, event = cheaper_replacement(snapshot, removed, result.new_nodeclaims[0], options)
     if replacement is None:
-        return None, why
-    return Command(method, list(removed), [replacement], detail=why), ""
+        return None, why, event
+    return Command(method, list(removed), [replacement], detail=why), "", ""
 
 
 # --- drift --------------------------------------------------------------------------------------------------
@@ -310,7 +350,9 @@ def emptiness(
             continue
         blocker = consolidation_blocker(candidate, options, snapshot.now)
         if blocker is not None:
-            evaluation.note(candidate.name, EMPTINESS, f"not yet: {blocker.message}", blocker)
+            evaluation.note(
+                candidate.name, EMPTINESS, f"not yet: {blocker.message}", blocker, _disabled(candidate)
+            )
             continue
         empty.append(candidate)
     allowed = within_budgets(snapshot, EMPTINESS, empty, evaluation)
@@ -350,6 +392,13 @@ def drift(
     return None
 
 
+def _disabled(candidate: Candidate) -> str | None:
+    """Karpenter's Unconsolidatable message for a NodePool with consolidateAfter: Never."""
+    if candidate.nodepool.consolidate_after_timedelta() is None:
+        return consolidation_disabled(candidate.record.nodepool)
+    return None
+
+
 def consolidatable(
     snapshot: Snapshot, pool: Sequence[Candidate], options: Options, evaluation: Evaluation, method: str
 ) -> list[Candidate]:
@@ -362,7 +411,13 @@ def consolidatable(
             continue
         if candidate.nodepool.spec.disruption.consolidation_policy != "WhenEmptyOrUnderutilized":
             text = f'nodepool "{candidate.record.nodepool}" has consolidationPolicy WhenEmpty'
-            evaluation.note(candidate.name, method, f"blocked: {text}", Blocker("Policy", text))
+            evaluation.note(
+                candidate.name,
+                method,
+                f"blocked: {text}",
+                Blocker("Policy", text),
+                _disabled(candidate) or non_empty_consolidation_disabled(candidate.record.nodepool),
+            )
             continue
         blocker = (
             consolidation_blocker(candidate, options, snapshot.now)
@@ -370,7 +425,9 @@ def consolidatable(
             or no_controller_blocker(candidate)
         )
         if blocker is not None:
-            evaluation.note(candidate.name, method, f"blocked: {blocker.message}", blocker)
+            evaluation.note(
+                candidate.name, method, f"blocked: {blocker.message}", blocker, _disabled(candidate)
+            )
             continue
         out.append(candidate)
     out.sort(key=Candidate.disruption_cost)
@@ -391,7 +448,7 @@ def multi_node(
     last_why = ""
     while low <= high:
         middle = (low + high) // 2
-        command, why = consolidate(snapshot, eligible[:middle], options, MULTI)
+        command, why, _ = consolidate(snapshot, eligible[:middle], options, MULTI)
         if command is not None:
             best, low = command, middle + 1
         else:
@@ -406,10 +463,11 @@ def single_node(
     snapshot: Snapshot, pool: Sequence[Candidate], options: Options, evaluation: Evaluation
 ) -> Command | None:
     for candidate in consolidatable(snapshot, pool, options, evaluation, SINGLE):
-        command, why = consolidate(snapshot, [candidate], options, SINGLE)
+        command, why, event = consolidate(snapshot, [candidate], options, SINGLE)
         if command is not None:
             return command
-        evaluation.note(candidate.name, SINGLE, why, Blocker("NoCheaperReplacement", why))
+        # As Karpenter, only single-node consolidation says why a node is Unconsolidatable.
+        evaluation.note(candidate.name, SINGLE, why, Blocker("NoCheaperReplacement", why), event)
     return None
 
 

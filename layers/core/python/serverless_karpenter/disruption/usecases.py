@@ -20,7 +20,7 @@ import json
 import os
 import secrets
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,7 +35,6 @@ from serverless_karpenter.disruption import methods as m
 from serverless_karpenter.disruption.candidates import (
     COMMAND_ANNOTATION,
     REPLACEMENT_FOR_ANNOTATION,
-    Blocker,
     Candidate,
     InstanceNetwork,
     Options,
@@ -421,29 +420,34 @@ def finish_replacement(
 
 
 # The blockers Karpenter reports as a DisruptionBlocked Event on the Node: what it checks of the node and
-# its pods before any method (do-not-disrupt, PDBs). Budgets it reports on the NodePool; consolidation's
-# own reasons (age, consolidateAfter, no cheaper replacement) are not Events there.
+# its pods before any method (do-not-disrupt, PDBs). Budgets it reports on the NodePool. Consolidation's
+# own reasons it reports as Unconsolidatable on the Node, where it has words for them (NodePool policy or
+# consolidateAfter: Never, no cheaper replacement, spot-to-spot, pods that would not schedule: the
+# Evaluation's ``unconsolidatable``); node age and a consolidateAfter not yet elapsed give no Event.
 NODE_EVENT_BLOCKERS = frozenset({"DoNotDisrupt", "PDB"})
 BUDGET_BLOCKER = "Budget"
 
 
 def record_blocked(
-    plane: ControlPlane, snapshot: Snapshot, pool: Sequence[Candidate], blockers: Mapping[str, Blocker]
+    plane: ControlPlane, snapshot: Snapshot, pool: Sequence[Candidate], evaluation: m.Evaluation
 ) -> None:
-    """Karpenter's DisruptionBlocked Events: on each node a do-not-disrupt or PDB blocks (one per node
-    per pass, as the evaluation keeps the first blocking rule per NodeClaim), and on each NodePool whose
-    budget blocks a disruption (one per NodePool per pass)."""
+    """Karpenter's Events for what kept this pass off each node, at most one per node per pass: a
+    DisruptionBlocked on a node a do-not-disrupt or PDB blocks (the evaluation keeps the first blocking
+    rule per NodeClaim), else an Unconsolidatable on a node consolidation considered and turned down; and
+    a DisruptionBlocked on each NodePool whose budget blocks a disruption (one per NodePool per pass)."""
     budget_blocked: dict[str, str] = {}
     for candidate in pool:
-        blocker = blockers.get(candidate.name)
-        if blocker is None:
-            continue
-        if blocker.kind in NODE_EVENT_BLOCKERS:
+        blocker = evaluation.blockers.get(candidate.name)
+        if blocker is not None and blocker.kind in NODE_EVENT_BLOCKERS:
             plane.kube.record_event(
                 candidate.node, "DisruptionBlocked", f"Cannot disrupt Node: {blocker.message}"
             )
-        elif blocker.kind == BUDGET_BLOCKER:
+            continue
+        if blocker is not None and blocker.kind == BUDGET_BLOCKER:
             budget_blocked.setdefault(candidate.record.nodepool, blocker.message)
+        unconsolidatable = evaluation.unconsolidatable.get(candidate.name)
+        if unconsolidatable is not None:
+            plane.kube.record_event(candidate.node, "Unconsolidatable", unconsolidatable)
     for name, message in sorted(budget_blocked.items()):
         manifest = snapshot.nodepool_manifests.get(name)
         if manifest is not None:
@@ -458,7 +462,7 @@ def decide(
     evaluation = m.evaluate(snapshot, pool, options)
     for kind, count in Counter(b.kind for b in evaluation.blockers.values()).items():
         emit_dimensioned(MetricName.DISRUPTION_BLOCKED, count, {"Reason": kind})
-    record_blocked(plane, snapshot, pool, evaluation.blockers)
+    record_blocked(plane, snapshot, pool, evaluation)
     command = evaluation.command
     if command is None:
         return

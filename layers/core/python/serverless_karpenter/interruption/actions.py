@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.interruption.messages import EventEnvelope
@@ -15,8 +17,56 @@ from serverless_karpenter.termination.terminator import begin_deletion, close
 from serverless_karpenter.termination.usecases import queue_termination_pass
 
 SPOT_WARNING = timedelta(minutes=2)
-DRAIN_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+STOPPING_STATES = frozenset({"stopping", "stopped"})
 GONE_STATES = frozenset({"shutting-down", "terminated"})
+DRAIN_STATES = STOPPING_STATES | GONE_STATES
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    reason: str
+    message: str
+    type: str = "Warning"
+
+
+# Karpenter's interruption controller records one of these on the Node (and its NodeClaim, which for us is
+# a DynamoDB item) for every message about an instance it manages, whatever it then does.
+SPOT_INTERRUPTED = NodeEvent("SpotInterrupted", "Spot interruption warning was triggered")
+SPOT_REBALANCE = NodeEvent(
+    "SpotRebalanceRecommendation", "Spot rebalance recommendation was triggered", "Normal"
+)
+INSTANCE_STOPPING = NodeEvent("InstanceStopping", "Instance is stopping")
+INSTANCE_TERMINATING = NodeEvent("InstanceTerminating", "Instance is terminating")
+INSTANCE_UNHEALTHY = NodeEvent("InstanceUnhealthy", "An unhealthy warning was triggered for the instance")
+# Karpenter's reason for this kind (its CapacityReservationInstanceInterrupted event); the message is ours,
+# in the style of the spot one.
+CAPACITY_RESERVATION_INTERRUPTED = NodeEvent(
+    "CapacityReservationInstanceInterrupted", "Capacity reservation interruption warning was triggered"
+)
+# ... and this one when the message makes it delete the node. Karpenter's interruption controller deletes
+# the NodeClaim itself rather than through its disruption controller, whose DisruptionTerminating Event an
+# interrupted node therefore never gets: begin_deletion is told not to record it here.
+TERMINATING_ON_INTERRUPTION = NodeEvent(
+    "TerminatingOnInterruption", "Interruption triggered termination for the Node"
+)
+
+
+def node_event(kind: MessageKind, state: str | None = None) -> NodeEvent | None:
+    """Karpenter's Event for a message of ``kind`` (``state``: an EC2 state change's new state)."""
+    match kind:
+        case MessageKind.SPOT_INTERRUPTION:
+            return SPOT_INTERRUPTED
+        case MessageKind.REBALANCE_RECOMMENDATION:
+            return SPOT_REBALANCE
+        case MessageKind.SCHEDULED_CHANGE:
+            return INSTANCE_UNHEALTHY
+        case MessageKind.CAPACITY_RESERVATION_INTERRUPTION:
+            return CAPACITY_RESERVATION_INTERRUPTED
+        case MessageKind.STATE_CHANGE if state in STOPPING_STATES:
+            return INSTANCE_STOPPING
+        case MessageKind.STATE_CHANGE if state in GONE_STATES:
+            return INSTANCE_TERMINATING
+    return None
 
 
 class Action:
@@ -75,65 +125,94 @@ def _handle_instance(plane: ControlPlane, message: EventEnvelope, kind: MessageK
         "kind": kind.value,
         "message-id": message.id,
     }
+    state = str(message.detail.get("state")) if kind == MessageKind.STATE_CHANGE else None
+    event = node_event(kind, state)
+    node = plane.kube.get_node(record.node_name) if event is not None and record.node_name else None
+    if node is not None and event is not None:
+        plane.kube.record_event(node, event.reason, event.message, event.type)
     match kind:
         case MessageKind.SPOT_INTERRUPTION:
             if record.instance_type and record.zone:
                 plane.instance_types.mark_unavailable(
                     wk.CAPACITY_TYPE_SPOT, record.instance_type, record.zone, "SpotInterruption"
                 )
-            logger.info(Msg.INITIATING_DELETE_FROM_INTERRUPTION, extra=log)
-            begin_deletion(plane, record, "SpotInterrupted", deadline=message.time + SPOT_WARNING)
-            return Action.CORDON_AND_DRAIN
+            return _delete(plane, record, node, log, "SpotInterrupted", deadline=message.time + SPOT_WARNING)
         case MessageKind.REBALANCE_RECOMMENDATION:
             if plane.settings.interruption_rebalance == "replace":
                 # Launch the replacement first: evictions wait until it is initialized (or a deadline).
-                logger.info(Msg.INITIATING_DELETE_FROM_INTERRUPTION, extra=log)
-                begin_deletion(
+                return _delete(
                     plane,
                     record,
+                    node,
+                    log,
                     "RebalanceRecommendation",
                     replace_first=True,
                     replace_timeout=timedelta(seconds=plane.settings.rebalance_replace_timeout_seconds),
                 )
-                return Action.CORDON_AND_DRAIN
-            node = plane.kube.get_node(record.node_name) if record.node_name else None
-            if node is not None:
-                plane.kube.record_event(
-                    node,
-                    "RebalanceRecommendation",
-                    "EC2 recommends rebalancing this spot instance",
-                    "Warning",
-                )
             return Action.EVENT
         case MessageKind.STATE_CHANGE:
-            state = str(message.detail.get("state"))
             if state not in DRAIN_STATES:
                 return Action.NO_ACTION
             instance = plane.launcher.describe(instance_id)
             if instance is None or instance.state in GONE_STATES:
-                _clean_up(plane, record)
+                _clean_up(plane, record, node)
                 return Action.CLEAN_UP
-            logger.info(Msg.INITIATING_DELETE_FROM_INTERRUPTION, extra=log)
-            begin_deletion(plane, record, "InstanceStateChange")
-            return Action.CORDON_AND_DRAIN
-        case MessageKind.SCHEDULED_CHANGE | MessageKind.CAPACITY_RESERVATION_INTERRUPTION:
-            logger.info(Msg.INITIATING_DELETE_FROM_INTERRUPTION, extra=log)
-            begin_deletion(
-                plane,
-                record,
-                "ScheduledChange"
-                if kind == MessageKind.SCHEDULED_CHANGE
-                else "CapacityReservationInterrupted",
-            )
-            return Action.CORDON_AND_DRAIN
+            return _delete(plane, record, node, log, "InstanceStateChange")
+        case MessageKind.SCHEDULED_CHANGE:
+            return _delete(plane, record, node, log, "ScheduledChange")
+        case MessageKind.CAPACITY_RESERVATION_INTERRUPTION:
+            return _delete(plane, record, node, log, "CapacityReservationInterrupted")
     return Action.NO_ACTION
 
 
-def _clean_up(plane: ControlPlane, record: NodeClaimRecord) -> None:
+def _delete(
+    plane: ControlPlane,
+    record: NodeClaimRecord,
+    node: Mapping[str, Any] | None,
+    log: Mapping[str, Any],
+    reason: str,
+    *,
+    deadline: datetime | None = None,
+    replace_first: bool = False,
+    replace_timeout: timedelta | None = None,
+) -> str:
+    logger.info(Msg.INITIATING_DELETE_FROM_INTERRUPTION, extra=dict(log))
+    starts = _starts_deletion(node)
+    begin_deletion(
+        plane,
+        record,
+        reason,
+        deadline,
+        replace_first=replace_first,
+        replace_timeout=replace_timeout,
+        disruption_event=False,
+    )
+    if starts:
+        _record_terminating_on_interruption(plane, node)
+    return Action.CORDON_AND_DRAIN
+
+
+def _clean_up(plane: ControlPlane, record: NodeClaimRecord, node: Mapping[str, Any] | None) -> None:
     """The instance is already gone: nothing to drain; remove the Node, its finalizer and the claim."""
+    starts = _starts_deletion(node)
     if record.node_name:
         plane.kube.delete_node(record.node_name)
-        node = plane.kube.get_node(record.node_name)
-        if node is not None:
-            plane.kube.remove_node_finalizer(node, wk.TERMINATION_FINALIZER)
+        current = plane.kube.get_node(record.node_name)
+        if current is not None:
+            plane.kube.remove_node_finalizer(current, wk.TERMINATION_FINALIZER)
+    if starts:
+        _record_terminating_on_interruption(plane, node)
     close(plane, plane.store.get(record.name) or record)
+
+
+def _starts_deletion(node: Mapping[str, Any] | None) -> bool:
+    """Whether acting on the message deletes ``node`` (as read before acting). Karpenter records
+    TerminatingOnInterruption only then: a node already going (being consolidated, or warned twice) gets
+    the kind's Event alone, as its NodeClaim was already deleted."""
+    return node is not None and not node["metadata"].get("deletionTimestamp")
+
+
+def _record_terminating_on_interruption(plane: ControlPlane, node: Mapping[str, Any] | None) -> None:
+    if node is not None:
+        event = TERMINATING_ON_INTERRUPTION
+        plane.kube.record_event(node, event.reason, event.message, event.type)

@@ -22,11 +22,13 @@ from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.requirements import Requirements
 from serverless_karpenter.scheduling.scheduler import (
     ExistingCapacity,
+    InstanceTypeLike,
     NewNodeClaim,
     NodePoolTemplate,
     Scheduler,
     SchedulingResult,
     choose_offering,
+    instance_type_mismatch,
     nodepool_requirements,
     offering_allowed,
 )
@@ -230,13 +232,23 @@ def simulate_provisioning(
     return result, report
 
 
-# Karpenter records no Event on a NodePool for these: it sets the NodePool's NodeClassReady condition
-# false (reasons NodeClassNotFound, or the class's own), and its scheduler fails the pods with "all
-# available instance types exceed limits for nodepool". The condition's reasons, and one in their style
-# for limits, tell `kubectl describe nodepool` readers why the NodePool launches nothing.
+# Karpenter's Warning on a NodePool whose requirements, with its EC2NodeClass, leave no instance type with
+# an available offering (its provisioner's event, with its message).
+NO_COMPATIBLE_INSTANCE_TYPES = "NoCompatibleInstanceTypes"
+NO_COMPATIBLE_INSTANCE_TYPES_MESSAGE = (
+    "NodePool requirements filtered out all compatible available instance types"
+)
+# Ours, where Karpenter is vaguer: for a nodeClassRef it cannot resolve it publishes a Warning "Failed
+# resolving NodeClass" (with no reason in most versions) and sets the NodePool's NodeClassReady condition
+# false (reasons NodeClassNotFound, or the class's own); for spec.limits its scheduler fails the pods
+# with "all available instance types exceed limits for nodepool" and the NodePool gets nothing. The
+# condition's reasons, and one in their style for limits, tell `kubectl describe nodepool` which it is.
 NODECLASS_NOT_FOUND = "NodeClassNotFound"
 NODECLASS_NOT_READY = "NodeClassNotReady"
 LIMITS_EXCEEDED = "LimitsExceeded"
+# Karpenter's Warning on a pod no NodePool can take; its message is "Failed to schedule pod, <error>",
+# and ours is the reason NodePool by NodePool that `explain pod` prints.
+FAILED_SCHEDULING = "FailedScheduling"
 
 
 @dataclass(frozen=True)
@@ -247,10 +259,14 @@ class NodePoolWarning:
 
 
 def nodepool_warnings(
-    state: ClusterState, unschedulable: Mapping[str, Mapping[str, str]]
+    state: ClusterState,
+    unschedulable: Mapping[str, Mapping[str, str]],
+    instance_types: Mapping[str, Sequence[InstanceTypeLike]] | None = None,
 ) -> list[NodePoolWarning]:
     """At most one Warning per NodePool for a provisioning pass: its nodeClassRef is not a ready
-    EC2NodeClass, or its spec.limits kept pods from being placed (one Warning however many pods)."""
+    EC2NodeClass, its requirements leave none of the class's ``instance_types`` (by EC2NodeClass name;
+    a class not in it is not checked), or its spec.limits kept pods from being placed (one Warning
+    however many pods)."""
     limited: dict[str, list[str]] = {}
     for _, reasons in sorted(unschedulable.items()):
         for pool, reason in reasons.items():
@@ -263,6 +279,15 @@ def nodepool_warnings(
         name = nodepool["metadata"]["name"]
         ref = nodeclass_ref(nodepool)
         if ref in state.resolved:
+            if instance_types is not None and ref in instance_types:
+                requirements, _, _ = nodepool_requirements(nodepool)
+                if all(instance_type_mismatch(requirements, it) is not None for it in instance_types[ref]):
+                    out.append(
+                        NodePoolWarning(
+                            nodepool, NO_COMPATIBLE_INSTANCE_TYPES, NO_COMPATIBLE_INSTANCE_TYPES_MESSAGE
+                        )
+                    )
+                    continue
             if name in limited:
                 out.append(
                     NodePoolWarning(
@@ -397,8 +422,10 @@ class Provisioner:
         for pod_key, reasons in result.unschedulable.items():
             message = explain(reasons)
             logger.warning(Msg.COULD_NOT_SCHEDULE_POD, extra={"pod": pod_key, "reason": message})
-            plane.kube.record_event(by_key[pod_key], "FailedProvisioning", message, "Warning")
-        for warning in nodepool_warnings(state, result.unschedulable):
+            plane.kube.record_event(
+                by_key[pod_key], FAILED_SCHEDULING, f"Failed to schedule pod, {message}", "Warning"
+            )
+        for warning in nodepool_warnings(state, result.unschedulable, self.nodeclass_instance_types(state)):
             plane.kube.record_event(warning.nodepool, warning.reason, warning.message, "Warning")
         metrics.add_metric(
             name=MetricName.PODS_UNSCHEDULABLE, unit=MetricUnit.Count, value=len(result.unschedulable)
@@ -428,6 +455,14 @@ class Provisioner:
                 record.name
             )
         return outcome
+
+    def nodeclass_instance_types(self, state: ClusterState) -> dict[str, Sequence[InstanceTypeLike]]:
+        """The instance types of each ready EC2NodeClass a NodePool uses, for NoCompatibleInstanceTypes."""
+        used = {nodeclass_ref(p) for p in state.nodepools} & set(state.resolved)
+        return {
+            name: self.plane.instance_types.instance_types(state.resolved[name], state.nodeclass_specs[name])
+            for name in sorted(used)
+        }
 
     def create_record(self, claim: NewNodeClaim) -> NodeClaimRecord | None:
         chosen = choose_offering(claim)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from serverless_karpenter import crashpoints
-from serverless_karpenter.adapters.kubernetes import EvictionResult
+from serverless_karpenter.adapters.kubernetes import EvictionResult, KubernetesError
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.clock import parse_rfc3339, to_rfc3339
@@ -38,6 +38,8 @@ BACKOFF_MAX = timedelta(seconds=30)
 # Replace-first: when the provisioner has launched nothing for the node's pods by then, they fit
 # capacity that already exists, and the drain may start.
 REPLACEMENT_SETTLE = timedelta(seconds=30)
+# Karpenter's eviction reason (the Evicted Event's) for a node whose NodeClaim records no disruption reason.
+FORCEFUL_TERMINATION = "Forceful Termination"
 
 WakeProvisioner = Callable[[dict[str, object]], None]
 
@@ -111,6 +113,7 @@ def begin_deletion(
     *,
     replace_first: bool = False,
     replace_timeout: timedelta | None = None,
+    disruption_event: bool = True,
 ) -> NodeClaimRecord:
     """Start removing a NodeClaim's node: mark the record, taint the node, then delete the Node so our
     finalizer drains it.
@@ -119,7 +122,8 @@ def begin_deletion(
     The node is tainted here, not on the terminator's next pass, so nothing new lands on it from now on.
     ``replace_first`` holds evictions until replacement capacity for the node's pods is initialized, or
     ``replace_timeout`` has passed. A claim whose node never registered has nothing to drain: its
-    instance is terminated at once.
+    instance is terminated at once. ``disruption_event`` records Karpenter's disruption controller's
+    DisruptionTerminating on the node; the interruption handler records its own Events instead.
     """
     now = plane.clock.now()
     if record.state == NodeClaimState.TERMINATED:
@@ -144,7 +148,8 @@ def begin_deletion(
     if node is not None:
         taint_for_disruption(plane, node)
         if not node["metadata"].get("deletionTimestamp"):
-            plane.kube.record_event(node, "DisruptionTerminating", f"Disrupting Node: {reason}")
+            if disruption_event:
+                plane.kube.record_event(node, "DisruptionTerminating", f"Disrupting Node: {reason}")
             plane.kube.delete_node(saved.node_name or "")
         return saved
     # No Node (never registered, or already gone): nothing to drain.
@@ -169,6 +174,11 @@ def close(plane: ControlPlane, record: NodeClaimRecord) -> NodeClaimRecord:
     metrics.add_metric(name=MetricName.NODECLAIMS_TERMINATED, unit=MetricUnit.Count, value=1)
     logger.info(Msg.DELETED_NODECLAIM, extra={"nodeclaim": record.name, "node": record.node_name})
     return saved
+
+
+def _failure(doing: str, pod: Mapping[str, Any], error: KubernetesError) -> str:
+    what = f"returned {error.status}" if error.status is not None else f"failed: {error}"
+    return f"{doing} {what} (Pod={podlib.key(pod)})"
 
 
 def _backoff(record: NodeClaimRecord | None) -> dict[str, dict[str, Any]]:
@@ -235,7 +245,7 @@ class Terminator:
         pods = drainable(plane.kube.list_pods_on_node(name))
         if record is not None and record.state == NodeClaimState.DISRUPTING:
             taint_for_disruption(plane, node)
-            record = self._start_drain(record, now)
+            record = self._start_drain(node, record, now)
             self._hand_off(name, pods, progress)
         deadline = record.drain_deadline if record is not None else None
         if record is not None and self._awaiting_replacement(record, pods, now):
@@ -244,7 +254,7 @@ class Terminator:
             return progress
         remaining = [p for p in pods if not podlib.is_deleting(p)]
         if remaining:
-            self._drain(record, remaining, now, deadline, progress)
+            self._drain(node, record, remaining, now, deadline, progress)
             crashpoints.hit(crashpoints.MID_DRAIN)
             return progress
         if any(podlib.is_deleting(p) for p in pods) and (deadline is None or now < deadline):
@@ -253,7 +263,9 @@ class Terminator:
         self._finish(node, record, progress, instance_gone=False)
         return progress
 
-    def _start_drain(self, record: NodeClaimRecord, now: datetime) -> NodeClaimRecord:
+    def _start_drain(
+        self, node: Mapping[str, Any], record: NodeClaimRecord, now: datetime
+    ) -> NodeClaimRecord:
         deadline = record.drain_deadline
         if record.termination_grace_period_seconds is not None:
             grace_deadline = (record.deletion_requested_at or now) + timedelta(
@@ -263,6 +275,15 @@ class Terminator:
         saved = self.plane.store.save(
             record.model_copy(update={"state": NodeClaimState.DRAINING, "drain_deadline": deadline})
         )
+        if record.termination_grace_period_seconds is not None and deadline is not None:
+            # Karpenter's Warning for a node with a terminationGracePeriod, recorded once when its drain
+            # starts (Karpenter repeats it each reconcile, deduplicated).
+            self.plane.kube.record_event(
+                node,
+                "TerminationGracePeriodExpiring",
+                f"All pods will be deleted by {to_rfc3339(deadline)}",
+                "Warning",
+            )
         metrics.add_metric(name=MetricName.DRAINS_STARTED, unit=MetricUnit.Count, value=1)
         logger.info(
             "draining node",
@@ -311,6 +332,7 @@ class Terminator:
 
     def _drain(
         self,
+        node: Mapping[str, Any],
         record: NodeClaimRecord | None,
         pods: list[Mapping[str, Any]],
         now: datetime,
@@ -318,13 +340,30 @@ class Terminator:
         progress: DrainProgress,
     ) -> None:
         kube = self.plane.kube
+        failures: list[str] = []  # Karpenter's words for each eviction the API refused or failed
         # Pods past their own deletion point (deadline minus their grace period) are deleted outright.
         if deadline is not None:
             for pod in pods:
                 grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
                 if now >= deadline - timedelta(seconds=grace):
                     remaining_grace = max(0, int((deadline - now).total_seconds()))
-                    kube.delete_pod(pod, grace_period_seconds=min(grace, remaining_grace))
+                    granted = min(grace, remaining_grace)
+                    try:
+                        kube.delete_pod(pod, grace_period_seconds=granted)
+                    except KubernetesError as error:
+                        logger.warning(
+                            "failed deleting pod", extra={"pod": podlib.key(pod), "error": str(error)}
+                        )
+                        failures.append(_failure("deleting pod", pod, error))
+                        continue
+                    kube.record_event(
+                        pod,
+                        "Disrupted",
+                        f"Deleting the pod to accommodate the terminationTime {to_rfc3339(deadline)} of the "
+                        f"node. The pod was granted {granted} seconds of grace-period of its {grace} "
+                        "terminationGracePeriodSeconds. This bypasses the PDB of the pod and the "
+                        "do-not-disrupt annotation.",
+                    )
                     progress.force_deleted.append(podlib.key(pod))
             if progress.force_deleted:
                 metrics.add_metric(
@@ -333,8 +372,25 @@ class Terminator:
                     value=len(progress.force_deleted),
                 )
                 pods = [p for p in pods if podlib.key(p) not in set(progress.force_deleted)]
-        if not pods:
-            return
+        if pods:
+            self._evict(record, pods, now, progress, failures)
+        if failures:
+            # Once per node and pass, as Karpenter's FailedDraining; "waiting" (pods shutting down,
+            # do-not-disrupt, back-off) is no failure.
+            more = f" and {len(failures) - 1} more" if len(failures) > 1 else ""
+            kube.record_event(node, "FailedDraining", f"Failed to drain node, {failures[0]}{more}", "Warning")
+
+    def _evict(
+        self,
+        record: NodeClaimRecord | None,
+        pods: list[Mapping[str, Any]],
+        now: datetime,
+        progress: DrainProgress,
+        failures: list[str],
+    ) -> None:
+        """Evict the pods of the first priority group through the Eviction API, honouring PDB back-off."""
+        kube = self.plane.kube
+        reason = (record.disruption_reason if record is not None else None) or FORCEFUL_TERMINATION
         backoff = _backoff(record)
         before = json.dumps(backoff, sort_keys=True)
         present = {podlib.key(p) for p in pods}
@@ -351,12 +407,22 @@ class Terminator:
             if entry and now < parse_rfc3339(str(entry.get("next"))):
                 progress.blocked.append(pod_key)
                 continue
-            outcome = kube.evict(pod)
+            try:
+                outcome = kube.evict(pod)
+            except KubernetesError as error:
+                # A 5xx or a timeout: this pod waits for the next pass; the other pods go on.
+                logger.warning(
+                    Msg.FAILED_EVICTING_POD,
+                    extra={"pod": pod_key, "node": podlib.node_name(pod), "error": str(error)},
+                )
+                failures.append(_failure("evicting pod", pod, error))
+                continue
             if outcome == EvictionResult.EVICTED:
-                kube.record_event(pod, "Evicted", "Evicted pod")
+                kube.record_event(pod, "Evicted", f"Evicted pod: {reason}")
                 progress.evicted.append(pod_key)
                 backoff.pop(pod_key, None)
             elif outcome == EvictionResult.BLOCKED:
+                failures.append(f"evicting pod violates a PDB (Pod={pod_key})")
                 progress.blocked.append(pod_key)
                 attempts = int((entry or {}).get("attempts", 0)) + 1
                 delay = min(BACKOFF_BASE * 2 ** (attempts - 1), BACKOFF_MAX)

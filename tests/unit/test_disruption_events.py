@@ -1,0 +1,123 @@
+"""The Events a disruption pass records on Nodes and NodePools: pure, from the methods' evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from serverless_karpenter.disruption import methods as m
+from serverless_karpenter.disruption.candidates import Options, Snapshot, candidates
+from serverless_karpenter.disruption.usecases import record_blocked
+
+from tests.unit.test_disruption_core import (
+    EXTRA,
+    NOW,
+    TYPES,
+    FakeType,
+    pod,
+    pool_manifest,
+    record,
+    snapshot,
+)
+
+
+@dataclass
+class Recorder:
+    events: list[tuple[str, str, str, str]] = field(
+        default_factory=list
+    )  # (kind/name, reason, message, type)
+
+    def record_event(
+        self, obj: dict[str, Any], reason: str, message: str, event_type: str = "Normal"
+    ) -> None:
+        what = f"{obj.get('kind', 'Node')}/{obj['metadata']['name']}"
+        self.events.append((what, reason, message, event_type))
+
+
+@pytest.fixture(autouse=True)
+def _extra_types() -> Any:
+    yield
+    EXTRA.clear()
+
+
+def events(snap: Snapshot, options: Options | None = None) -> list[tuple[str, str, str, str]]:
+    """What one pass's evaluation of ``snap`` records, through the disruption use case."""
+    pool, _ = candidates(snap)
+    kube = Recorder()
+    evaluation = m.evaluate(snap, pool, options or Options())
+    assert evaluation.command is None, "nothing should be decided in these cases"
+    record_blocked(cast(Any, SimpleNamespace(kube=kube)), snap, pool, evaluation)
+    return kube.events
+
+
+def test_no_cheaper_replacement_is_unconsolidatable() -> None:
+    only_same = [FakeType("m.large", 2, 0.096), FakeType("n.large", 2, 0.090)]
+    EXTRA.extend(only_same)
+    a = record("a", only_same[0])
+    assert events(snapshot([a], [pod("p", a, cpu="1")], types=only_same)) == [
+        ("Node/node-a", "Unconsolidatable", "Can't replace with a cheaper node", "Normal")
+    ]
+
+
+def test_spot_to_spot_disabled_and_too_few_spot_types() -> None:
+    many = [FakeType(f"s{i}.large", 2, 0.1, spot_price=0.02 + i * 0.001) for i in range(10)]
+    current = FakeType("cur.xlarge", 4, 0.2, spot_price=0.08)
+    EXTRA.extend([current, *many])
+    a = record("a", current, capacity_type="spot")
+    snap = snapshot([a], [pod("p", a, cpu="1")], types=[current, *many])
+    assert [e[2] for e in events(snap)] == [
+        "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
+    ]
+    assert [e[2] for e in events(snap, Options(spot_to_spot=True))] == [
+        "SpotToSpotConsolidation requires 15 cheaper instance type options than the current candidate "
+        "to consolidate, got 10"
+    ]
+
+
+def test_pods_that_would_need_two_nodes() -> None:
+    big = record("big", TYPES[1])  # m.xlarge; the NodePool now offers only 2-cpu types
+    pods = [pod("p1", big, cpu="1500m"), pod("p2", big, cpu="1500m")]
+    snap = snapshot([big], pods, types=[TYPES[0], TYPES[2]])
+    assert [e[1:3] for e in events(snap)] == [
+        ("Unconsolidatable", "Can't remove without creating 2 candidates")
+    ]
+
+
+def test_nodepool_policy_and_consolidate_after_never() -> None:
+    a = record("a", TYPES[1])
+    when_empty = snapshot(
+        [a], [pod("p", a, cpu="1")], manifest=pool_manifest(consolidationPolicy="WhenEmpty")
+    )
+    assert [e[2] for e in events(when_empty)] == ['NodePool "default" has non-empty consolidation disabled']
+    never = pool_manifest(consolidateAfter="Never")
+    empty = record("empty", TYPES[0])
+    snap = snapshot([a, empty], [pod("p", a, cpu="1")], manifest=never)
+    assert sorted(e[:3] for e in events(snap)) == [
+        ("Node/node-a", "Unconsolidatable", 'NodePool "default" has consolidation disabled'),
+        ("Node/node-empty", "Unconsolidatable", 'NodePool "default" has consolidation disabled'),
+    ]
+
+
+def test_one_event_per_node_and_disruption_blocked_first() -> None:
+    only_same = [FakeType("m.large", 2, 0.096)]
+    EXTRA.extend(only_same)
+    a = record("a", only_same[0])
+    pdb = {
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    snap = snapshot([a], [pod("p", a, cpu="1")], types=only_same, pdbs=[pdb])
+    [(what, reason, message, _)] = events(snap)
+    assert (what, reason) == ("Node/node-a", "DisruptionBlocked")
+    assert message.startswith("Cannot disrupt Node: pdb default/web prevents pod evictions")
+
+
+def test_nodes_merely_too_young_or_recently_changed_get_no_event() -> None:
+    young = record("young", TYPES[1], age=timedelta(minutes=5))
+    busy = record("busy", TYPES[1])
+    pods = [pod("p", young, cpu="1"), pod("q", busy, cpu="1", started=NOW - timedelta(seconds=20))]
+    assert events(snapshot([young, busy], pods)) == []
