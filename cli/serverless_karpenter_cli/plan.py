@@ -152,6 +152,9 @@ class FileCatalog:
     def mark_unavailable(self, capacity_type: str, instance_type: str, zone: str, reason: str) -> None:
         """Nothing launches in a plan."""
 
+    def mark_capacity_type_unavailable(self, capacity_type: str, reason: str) -> None:
+        """Nothing launches in a plan."""
+
     def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool:
         return False
 

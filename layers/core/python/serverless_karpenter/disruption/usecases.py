@@ -173,8 +173,8 @@ def _save(
 def stamp_records(plane: ControlPlane, snapshot: Snapshot) -> None:
     """Hashes for drift on records that lack them, and pod-set changes for consolidateAfter.
 
-    The provisioner writes records without the hashes; stamping them at first sight means a NodePool
-    change between a launch and the next disruption pass goes unnoticed as drift (documented).
+    The provisioner writes the hashes with each record; this stamps records written before it did (or
+    while a NodePool or EC2NodeClass did not parse) at first sight.
     """
     updated: list[NodeClaimRecord] = []
     for record in snapshot.records:
@@ -236,16 +236,12 @@ def _launch_replacements(
     provisioner = Provisioner(plane)
     names: list[str] = []
     for claim in command.replacements:
-        record = provisioner.create_record(claim)
+        record = provisioner.create_record(
+            claim, snapshot.nodepools.get(claim.nodepool), snapshot.nodeclasses.get(claim.nodeclass)
+        )
         if record is None:
             continue
         annotations = {**record.annotations, REPLACEMENT_FOR_ANNOTATION: command_id}
-        pool = snapshot.nodepools.get(record.nodepool)
-        nodeclass = snapshot.nodeclasses.get(record.nodeclass)
-        if pool is not None:
-            annotations[wk.NODEPOOL_HASH] = pool.template_hash()
-        if nodeclass is not None:
-            annotations[wk.EC2NODECLASS_HASH] = nodeclass.static_hash()
         record = plane.store.save(record.model_copy(update={"annotations": annotations}))
         launched = launch_record(plane, record, snapshot.resolved.get(record.nodeclass))  # type: ignore[arg-type]
         if launched.state == NodeClaimState.LAUNCHED:

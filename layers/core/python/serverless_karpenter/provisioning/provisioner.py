@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import string
 import time
@@ -13,6 +14,9 @@ from serverless_karpenter import crashpoints, solver
 from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
+from serverless_karpenter.api.errors import ManifestError
+from serverless_karpenter.api.nodepool import NodePool
 from serverless_karpenter.lifecycle.launch import launch_record
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
@@ -436,11 +440,12 @@ class Provisioner:
             value=sum(len(c.pods) for c in result.new_nodeclaims)
             + sum(len(v) for v in result.existing.values()),
         )
+        pools, classes = parsed_templates(state) if result.new_nodeclaims else ({}, {})
         for claim in result.new_nodeclaims:
             if renew_lease is not None and not renew_lease():
                 logger.warning("lost the provisioner lease; leaving the rest to the new writer")
                 break
-            record = self.create_record(claim)
+            record = self.create_record(claim, pools.get(claim.nodepool), classes.get(claim.nodeclass))
             if record is None:
                 continue
             crashpoints.hit(crashpoints.AFTER_NODECLAIM_WRITE)
@@ -464,7 +469,11 @@ class Provisioner:
             for name in sorted(used)
         }
 
-    def create_record(self, claim: NewNodeClaim) -> NodeClaimRecord | None:
+    def create_record(
+        self, claim: NewNodeClaim, nodepool: NodePool | None = None, nodeclass: EC2NodeClass | None = None
+    ) -> NodeClaimRecord | None:
+        """Write the record of a new NodeClaim, before any launch. Like Karpenter's NodeClaim it carries
+        what its NodePool and EC2NodeClass said when it was made (see :func:`from_templates`)."""
         chosen = choose_offering(claim)
         if chosen is None:
             return None
@@ -502,6 +511,7 @@ class Provisioner:
             labels=labels,
             taints=[t.to_dict() for t in claim.taints],
             created_at=self.plane.clock.now(),
+            **from_templates(nodepool, nodeclass),
         )
         self.plane.store.create(record)
         metrics.add_metric(name=MetricName.NODECLAIMS_CREATED, unit=MetricUnit.Count, value=1)
@@ -516,6 +526,41 @@ class Provisioner:
             },
         )
         return record
+
+
+def from_templates(nodepool: NodePool | None, nodeclass: EC2NodeClass | None) -> dict[str, Any]:
+    """The record fields Karpenter copies onto a NodeClaim when it creates it: expireAfter and
+    terminationGracePeriod (a later NodePool edit changes the hash, so old nodes drift, rather than
+    reaching back into their lifetime), and the NodePool and EC2NodeClass hashes drift compares with."""
+    fields: dict[str, Any] = {}
+    annotations: dict[str, str] = {}
+    if nodepool is not None:
+        expire_after = nodepool.expire_after_timedelta()
+        grace = nodepool.termination_grace_period_timedelta()
+        fields["expire_after_seconds"] = expire_after.total_seconds() if expire_after is not None else None
+        fields["termination_grace_period_seconds"] = grace.total_seconds() if grace is not None else None
+        annotations[wk.NODEPOOL_HASH] = nodepool.template_hash()
+    if nodeclass is not None:
+        annotations[wk.EC2NODECLASS_HASH] = nodeclass.static_hash()
+    if annotations:
+        fields["annotations"] = annotations
+    return fields
+
+
+def parsed_templates(
+    state: ClusterState,
+) -> tuple[dict[str, NodePool], dict[str, EC2NodeClass]]:
+    """The NodePools and EC2NodeClasses of a pass as models, for :func:`from_templates`. One that does not
+    parse is left out: its claims are then written without its fields, as before it was fixed."""
+    pools: dict[str, NodePool] = {}
+    for manifest in state.nodepools:
+        with contextlib.suppress(ManifestError, ValueError):
+            pools[manifest["metadata"]["name"]] = NodePool.model_validate(manifest)
+    classes: dict[str, EC2NodeClass] = {}
+    for name, spec in state.nodeclass_specs.items():
+        with contextlib.suppress(ManifestError, ValueError):
+            classes[name] = EC2NodeClass.model_validate(spec)
+    return pools, classes
 
 
 def explain(reasons: Mapping[str, str]) -> str:
