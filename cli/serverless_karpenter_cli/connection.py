@@ -9,6 +9,7 @@ import os
 import shlex
 from pathlib import Path
 
+from botocore.exceptions import ClientError
 from serverless_karpenter import naming, runtime
 from serverless_karpenter.adapters import aws
 from serverless_karpenter.provisioning.context import ControlPlane
@@ -21,6 +22,15 @@ SIMULATOR_PID = "SERVERLESS_KARPENTER_SIMULATOR_PID"
 
 class ClusterNotFound(Exception):
     """The cluster cannot be reached or found; the message says what to pass."""
+
+
+class NoEksCluster(ClusterNotFound):
+    """EKS has no cluster by that name in the region."""
+
+    def __init__(self, cluster: str, region: str) -> None:
+        super().__init__(f"there is no EKS cluster {cluster} in {region}: check --cluster and --region")
+        self.cluster = cluster
+        self.region = region
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,9 +70,18 @@ def stack_outputs(cluster: str, region: str) -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in stacks["Stacks"][0].get("Outputs") or []}
 
 
-def connect(args: argparse.Namespace) -> ControlPlane:
+def _no_such_stack(error: Exception) -> bool:
+    # CloudFormation answers a DescribeStacks for a stack that does not exist with a ValidationError.
+    return isinstance(error, ClientError) and error.response.get("Error", {}).get("Code") == "ValidationError"
+
+
+def connect(args: argparse.Namespace, *, stack_optional: bool = False) -> ControlPlane:
     """The control plane the command works on: the one installed in this process (the simulator, tests),
-    or one built from the arguments and the environment."""
+    or one built from the arguments and the environment.
+
+    ``stack_optional``: build it even when the cluster's stack is not deployed (``doctor`` reports that
+    itself, and checks the cluster all the same).
+    """
     if getattr(args, "local", False):
         if not LOCAL_ENV.exists():
             raise ClusterNotFound(
@@ -81,14 +100,22 @@ def connect(args: argparse.Namespace) -> ControlPlane:
     cluster = os.environ.get("CLUSTER_NAME")
     if not cluster:
         raise ClusterNotFound("no cluster: pass --cluster NAME (or set CLUSTER_NAME), or --local")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     if not os.environ.get("STATE_TABLE_NAME"):
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         try:
             outputs = stack_outputs(cluster, region)
         except Exception as error:  # no stack, no credentials: say which and how to fix it
-            raise ClusterNotFound(
-                f"cannot read stack {naming.stack_name(cluster)} in {region} ({error}); deploy it, or set "
-                "STATE_TABLE_NAME"
-            ) from error
-        os.environ["STATE_TABLE_NAME"] = outputs.get(naming.StackOutput.STATE_TABLE_NAME, "")
-    return runtime.control_plane()
+            if not (stack_optional and _no_such_stack(error)):
+                raise ClusterNotFound(
+                    f"cannot read stack {naming.stack_name(cluster)} in {region} ({error}); deploy it, or "
+                    "set STATE_TABLE_NAME"
+                ) from error
+            outputs = {}
+        if outputs:
+            os.environ["STATE_TABLE_NAME"] = outputs.get(naming.StackOutput.STATE_TABLE_NAME, "")
+    try:
+        return runtime.control_plane()
+    except ClientError as error:  # the plane reads the cluster's endpoint from DescribeCluster
+        if error.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+            raise NoEksCluster(cluster, region) from error
+        raise

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from serverless_karpenter_cli.connection import ClusterNotFound, add_arguments, connect
+from serverless_karpenter_cli.connection import ClusterNotFound, NoEksCluster, add_arguments, connect
 
 SYMBOLS = {"ok": "✓", "fail": "✗", "skipped": "-"}
 
@@ -41,25 +41,30 @@ def run(args: argparse.Namespace) -> int:
     from serverless_karpenter.adapters import aws
     from serverless_karpenter.doctor.checks import Status, run_checks
     from serverless_karpenter.doctor.gather import Gatherer
+    from serverless_karpenter.provisioning.context import ControlPlane
     from serverless_karpenter.provisioning.provisioner import daemon_overhead
 
+    plane: ControlPlane | None
+    unreachable = ""
     try:
-        plane = connect(args)
+        # Without the stack there is still a set-up to check: doctor says the stack is missing.
+        plane = connect(args, stack_optional=True)
+        cluster, region = plane.settings.cluster_name, plane.settings.aws_region
+    except NoEksCluster as error:  # the checks of the stack still run; those of the cluster cannot
+        plane, cluster, region, unreachable = None, error.cluster, error.region, str(error)
     except ClusterNotFound as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    cluster, region = plane.settings.cluster_name, plane.settings.aws_region
     gatherer = Gatherer(
         cluster,
         region,
         lambda service: aws.client(service, region),
-        plane.kube,
-        plane.resolver,
-        plane.instance_types,
+        plane,
         # Calls an emulator may not implement get one attempt: its 500s are not worth retrying.
         probe_clients=lambda service: boto3.session.Session(region_name=region).client(  # type: ignore[call-overload]
             service, config=aws.RETRY_CONFIG.merge(Config(retries={"mode": "standard", "max_attempts": 1}))
         ),
+        unreachable=unreachable,
     )
     results = run_checks(gatherer.gather(), daemon_overhead)
     failed = [r for r in results if r.status == Status.FAIL]

@@ -31,6 +31,9 @@ from serverless_karpenter.deployment import (
 )
 from serverless_karpenter.interruption.rules import RULE_PATTERNS
 
+# Installs the EKS access-entry API on moto (which lacks it) before any server starts.
+from serverless_karpenter_sim import eks_access
+
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 KUBERNETES_VERSION = "1.31"
@@ -248,6 +251,9 @@ class SimulatedCloud:
             roleArn=cluster_role,
             resourcesVpcConfig={"subnetIds": res.subnet_ids, "securityGroupIds": [res.security_group_id]},
             kubernetesNetworkConfig={"serviceIpv4Cidr": "10.100.0.0/16"},
+            # The stack's access entries need API in the mode; CONFIG_MAP too keeps aws-auth mappings
+            # counting, as on a cluster part-way to access entries.
+            accessConfig={"authenticationMode": eks_access.API_AND_CONFIG_MAP},
         )
 
         # EKS publishes its optimized AMIs as public SSM parameters; moto has the images but not those.
@@ -305,13 +311,13 @@ class DeployedStack:
 def seed_stack(cloud: SimulatedCloud) -> DeployedStack:
     """Make the account look as if the CDK stack were deployed, for ``doctor`` and ``status``: a
     CloudFormation stack with the real stack's outputs, naming the seeded table, queue and node role, and
-    the five functions (with their own roles), a node instance profile, and the queue's policy and SSE.
+    the five functions (with their own roles), the interruption function's event source on the queue, a
+    node instance profile, the node role's EC2_LINUX access entry, and the queue's policy and SSE.
 
     moto's CloudFormation cannot build the real template, so the resources are made directly and the
     stack only carries the outputs (``naming.StackOutput``) the tools read.
     """
     import io
-    import warnings
     import zipfile
 
     from serverless_karpenter import naming
@@ -342,14 +348,26 @@ def seed_stack(cloud: SimulatedCloud) -> DeployedStack:
             Role=role,
             Handler="handler.lambda_handler",
             Code={"ZipFile": code.getvalue()},
-            Environment={"Variables": {"CLUSTER_NAME": name, "STATE_TABLE_NAME": res.table_name}},
+            Environment={
+                "Variables": {
+                    "CLUSTER_NAME": name,
+                    "STATE_TABLE_NAME": res.table_name,
+                    "INTERRUPTION_QUEUE_URL": res.queue_url,
+                }
+            },
             Tags={naming.CLUSTER_TAG: name},
         )
         outputs[naming.function_output(function)] = physical
         roles[function] = role
+    map_event_source(cloud, outputs[naming.function_output("interruption")], res.queue_arn)
     profile = f"{res.node_role_name}-profile"
     iam.create_instance_profile(InstanceProfileName=profile)
     iam.add_role_to_instance_profile(InstanceProfileName=profile, RoleName=res.node_role_name)
+    cloud.client("eks").create_access_entry(
+        clusterName=name,
+        principalArn=iam.get_role(RoleName=res.node_role_name)["Role"]["Arn"],
+        type="EC2_LINUX",
+    )
     sqs = cloud.client("sqs")
     policy = {
         "Version": "2012-10-17",
@@ -374,6 +392,19 @@ def seed_stack(cloud: SimulatedCloud) -> DeployedStack:
             naming.StackOutput.INTERRUPTION_QUEUE_URL: res.queue_url,
         }
     )
+    put_stack(cloud, outputs)
+    from serverless_karpenter_sim.stack_policies import grant_controller_policies
+
+    # The function roles get the stack's own policies, so doctor's simulated permission checks pass.
+    return grant_controller_policies(cloud, DeployedStack(naming.stack_name(name), outputs, roles, profile))
+
+
+def put_stack(cloud: SimulatedCloud, outputs: dict[str, str]) -> None:
+    """The CloudFormation stack of the cluster, carrying only ``outputs``."""
+    import warnings
+
+    from serverless_karpenter import naming
+
     template = {
         "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
         "Outputs": {key: {"Value": value} for key, value in outputs.items()},
@@ -381,12 +412,28 @@ def seed_stack(cloud: SimulatedCloud) -> DeployedStack:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # moto notes it does not model the placeholder resource
         cloud.client("cloudformation").create_stack(
-            StackName=naming.stack_name(name), TemplateBody=json.dumps(template)
+            StackName=naming.stack_name(cloud.cluster_name), TemplateBody=json.dumps(template)
         )
-    from serverless_karpenter_sim.stack_policies import grant_controller_policies
 
-    # The function roles get the stack's own policies, so doctor's simulated permission checks pass.
-    return grant_controller_policies(cloud, DeployedStack(naming.stack_name(name), outputs, roles, profile))
+
+def map_event_source(cloud: SimulatedCloud, function: str, queue_arn: str) -> str:
+    """An SQS event source mapping from the queue to the function, as the stack makes; its UUID.
+
+    Lambda lists it, but moto does not act on it: the simulator's loop is the event source, and moto's
+    would take each message off the queue to run the function in Docker.
+    """
+    from moto.sqs.models import sqs_backends
+
+    mapping = cloud.client("lambda").create_event_source_mapping(
+        FunctionName=function,
+        EventSourceArn=queue_arn,
+        BatchSize=10,
+        FunctionResponseTypes=["ReportBatchItemFailures"],
+    )
+    for queue in sqs_backends[ACCOUNT][cloud.region].queues.values():
+        if queue.queue_arn == queue_arn:
+            queue.lambda_event_source_mappings.pop(mapping["FunctionArn"], None)
+    return str(mapping["UUID"])
 
 
 def boto3_client(service: Any, endpoint_url: str, region: str = REGION) -> Any:

@@ -452,17 +452,21 @@ def register(responses: ModuleType) -> None:
 
 
 class _RegisterOnImport(importlib.abc.MetaPathFinder):
-    """Registers the action when moto first imports its IAM responses.
+    """Calls ``register`` with moto's module ``fullname`` when moto first imports it.
 
-    Importing them here instead would cost every ``serverless-karpenter`` command, ``--help`` included,
-    most of a second (moto's IAM models load the AWS-managed policies), for a module only a running moto
-    server needs.
+    Importing moto's modules here instead would cost every ``serverless-karpenter`` command, ``--help``
+    included, most of a second (moto's IAM models load the AWS-managed policies), for what only a running
+    moto server needs.
     """
+
+    def __init__(self, fullname: str, register: Callable[[ModuleType], None]) -> None:
+        self.fullname = fullname
+        self.register = register
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != _RESPONSES_MODULE:
+        if fullname != self.fullname:
             return None
         sys.meta_path.remove(self)  # once; and the finders below locate the module itself
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
@@ -470,6 +474,7 @@ class _RegisterOnImport(importlib.abc.MetaPathFinder):
             return spec
         loader = spec.loader
         exec_module = loader.exec_module
+        register = self.register
 
         def exec_then_register(module: ModuleType) -> None:
             exec_module(module)
@@ -479,12 +484,20 @@ class _RegisterOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def when_imported(fullname: str, register: Callable[[ModuleType], None]) -> None:
+    """Call ``register`` with the module ``fullname`` (one of moto's) now if it is imported, else as soon as
+    it is; once in this process."""
+    if fullname in sys.modules:
+        register(sys.modules[fullname])
+    elif not any(
+        isinstance(finder, _RegisterOnImport) and finder.fullname == fullname for finder in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _RegisterOnImport(fullname, register))
+
+
 def install() -> None:
     """Make moto answer ``SimulatePrincipalPolicy`` in this process, now or when its IAM is imported."""
-    if _RESPONSES_MODULE in sys.modules:
-        register(sys.modules[_RESPONSES_MODULE])
-    elif not any(isinstance(finder, _RegisterOnImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _RegisterOnImport())
+    when_imported(_RESPONSES_MODULE, register)
 
 
 install()

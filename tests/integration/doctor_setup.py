@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes import utils as k8s_utils
 from serverless_karpenter import naming
-from serverless_karpenter_sim.cloud import DeployedStack, seed_stack
+from serverless_karpenter_sim.cloud import ACCOUNT, DeployedStack, map_event_source, put_stack, seed_stack
+from serverless_karpenter_sim.eks_access import API, API_AND_CONFIG_MAP
 from serverless_karpenter_sim.scenario import Scenario
 from serverless_karpenter_sim.simulation import Simulation
 
@@ -107,12 +109,55 @@ class DoctorSetup:
     def queue_url(self) -> str:
         return self.stack.outputs[naming.StackOutput.INTERRUPTION_QUEUE_URL]
 
+    @property
+    def interruption_function(self) -> str:
+        return self.stack.outputs[naming.function_output("interruption")]
+
+    @property
+    def node_role_arn(self) -> str:
+        assert self.sim.resources is not None
+        return f"arn:aws:iam::{ACCOUNT}:role/{self.sim.resources.node_role_name}"
+
     def restore_queue(self) -> None:
         """The seeded policy and encryption (moto forgets the policy on some unrelated updates)."""
         assert self.queue_policy
         self.client("sqs").set_queue_attributes(
-            QueueUrl=self.queue_url, Attributes={"Policy": self.queue_policy, "SqsManagedSseEnabled": "true"}
+            QueueUrl=self.queue_url,
+            Attributes={"Policy": self.queue_policy, "SqsManagedSseEnabled": "true", "KmsMasterKeyId": ""},
         )
+
+    def undeploy_stack(self) -> None:
+        """No stack, as before ``cdk deploy``: what the stack created is not found without its outputs."""
+        self.client("cloudformation").delete_stack(StackName=self.stack.name)
+
+    def redeploy_stack(self) -> None:
+        put_stack(self.sim.cloud, self.stack.outputs)
+
+    def delete_node_access_entry(self) -> None:
+        self.client("eks").delete_access_entry(clusterName=CLUSTER, principalArn=self.node_role_arn)
+
+    def create_node_access_entry(self) -> None:
+        self.client("eks").create_access_entry(
+            clusterName=CLUSTER, principalArn=self.node_role_arn, type="EC2_LINUX"
+        )
+
+    def map_node_role_in_aws_auth(self) -> None:
+        k8s_utils.create_from_dict(self.sim.api_client, aws_auth(self.node_role_arn))
+
+    def unmap_aws_auth(self) -> None:
+        k8s.CoreV1Api(self.sim.api_client).delete_namespaced_config_map("aws-auth", "kube-system")
+
+    def event_source(self) -> str:
+        """The UUID of the interruption function's one event source mapping."""
+        [mapping] = self.client("lambda").list_event_source_mappings(FunctionName=self.interruption_function)[
+            "EventSourceMappings"
+        ]
+        return str(mapping["UUID"])
+
+    def feed_interruption_function_from(self, queue_arn: str) -> None:
+        """Replace its event source mapping by one from ``queue_arn``."""
+        self.client("lambda").delete_event_source_mapping(UUID=self.event_source())
+        map_event_source(self.sim.cloud, self.interruption_function, queue_arn)
 
     @property
     def custom(self) -> k8s.CustomObjectsApi:
@@ -176,14 +221,22 @@ def aws_auth(node_role_arn: str) -> dict[str, Any]:
     }
 
 
-def start_correct_setup() -> Iterator[DoctorSetup]:
+def start_correct_setup(authentication_mode: str = API) -> Iterator[DoctorSetup]:
+    """The set-up the stack expects, with the cluster in ``authentication_mode``. In API mode (as an EKS
+    cluster made for access entries) the node role joins by the stack's EC2_LINUX access entry; in
+    API_AND_CONFIG_MAP mode by its aws-auth mapping alone (a cluster still on aws-auth), so that either
+    way of joining is checked against moto."""
     scenario = Scenario(name="doctor", cluster_name=CLUSTER, manifests=[], steps=[])
     sim = Simulation(scenario, log=io.StringIO())
     try:
         sim.start()
         # The stack's own policies on its function roles, for the Lambda-permissions check to simulate.
         stack = seed_stack(sim.cloud)
-        account = "123456789012"
+        account = ACCOUNT
+        if authentication_mode != API_AND_CONFIG_MAP:  # the simulated cluster's mode, as created
+            sim.cloud.client("eks").update_cluster_config(
+                name=CLUSTER, accessConfig={"authenticationMode": authentication_mode}
+            )
         iam = sim.cloud.client("iam")
         iam.create_role(
             RoleName=naming.SPOT_SERVICE_LINKED_ROLE,
@@ -206,16 +259,11 @@ def start_correct_setup() -> Iterator[DoctorSetup]:
         kms.put_key_policy(
             KeyId=key, PolicyName="default", Policy=key_policy(account, stack.function_roles["provisioner"])
         )
-        assert sim.resources is not None
-        sim.apply(
-            [
-                aws_auth(f"arn:aws:iam::{account}:role/{sim.resources.node_role_name}"),
-                nodepool(),
-                nodeclass(key),
-                daemonset("node-agent", "200m", "256Mi"),
-            ]
-        )
+        sim.apply([nodepool(), nodeclass(key), daemonset("node-agent", "200m", "256Mi")])
         setup = DoctorSetup(sim, stack, key)
+        if authentication_mode == API_AND_CONFIG_MAP:
+            setup.delete_node_access_entry()
+            setup.map_node_role_in_aws_auth()
         setup.queue_policy = setup.client("sqs").get_queue_attributes(
             QueueUrl=setup.queue_url, AttributeNames=["Policy"]
         )["Attributes"]["Policy"]
@@ -237,6 +285,22 @@ def failures(checks: list[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
     for check in checks:
         if check["status"] == "fail":
             out.setdefault(check["check"], []).append(check)
+    return out
+
+
+def only_failure(checks: list[dict[str, str]], check: str) -> dict[str, str]:
+    """The one ✗ of a report, which must be of ``check`` and come with a fix."""
+    failed = [c for c in checks if c["status"] == "fail"]
+    assert [c["check"] for c in failed] == [check], failed
+    assert failed[0]["fix"], failed[0]
+    return failed[0]
+
+
+def statuses(checks: list[dict[str, str]]) -> dict[str, set[str]]:
+    """Check -> the statuses of its lines."""
+    out: dict[str, set[str]] = {}
+    for check in checks:
+        out.setdefault(check["check"], set()).add(check["status"])
     return out
 
 

@@ -1,5 +1,6 @@
 """`doctor` against moto server and the simulated cluster: a correct set-up passes every check, and each
-AWS-side mistake, seeded alone, fails exactly its own check with its fix."""
+AWS-side mistake, seeded alone, fails exactly its own check with its fix; an undeployed stack fails the
+stack check alone, and what cannot be checked without it says so."""
 
 from __future__ import annotations
 
@@ -17,16 +18,19 @@ from serverless_karpenter.doctor.checks import (
     check_interruption_queue,
     check_lambda_permissions,
 )
+from serverless_karpenter.runtime import use_control_plane
 from serverless_karpenter_cli.main import main
 from serverless_karpenter_sim.stack_policies import POLICY_NAME
 
 from tests.integration.doctor_setup import (
     CLUSTER,
     DoctorSetup,
-    failures,
+    key_policy,
     lambda_zip,
+    only_failure,
     run_doctor,
     start_correct_setup,
+    statuses,
 )
 
 pytestmark = pytest.mark.integration
@@ -56,6 +60,11 @@ def test_correct_setup_passes_every_check(setup: DoctorSetup, capsys: pytest.Cap
         "3 subnet(s) in 3 zone(s) (us-east-1a, us-east-1b, us-east-1c), 1 security group(s)"
         in (selectors["summary"])
     )
+    # The cluster is in API mode: the node role joins by its access entry, as the stack creates it.
+    [node_role] = [c for c in checks if c["check"] == "node-role"]
+    assert node_role["summary"] == (
+        f"the stack's node role {setup.node_role_arn} has an EC2_LINUX access entry"
+    )
 
 
 def test_human_output_marks_each_check(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,6 +73,91 @@ def test_human_output_marks_each_check(setup: DoctorSetup, capsys: pytest.Captur
     assert "✓ [stack]" in out and "✓ [daemonsets-fit]" in out and "✓ [lambda-permissions]" in out
     assert "✗" not in out and "- [" not in out
     assert out.rstrip().endswith("passed, 0 failed, 0 could not run")
+
+
+# What needs the stack cannot be checked without it; the cluster's set-up can, and is.
+WITHOUT_STACK = {
+    "stack": {"fail"},
+    "interruption-queue": {"skipped"},
+    "interruption-rules": {"skipped"},
+    "nodeclass-selectors": {"ok"},
+    "ami-aliases": {"ok"},
+    "node-role": {"ok"},
+    "kms-keys": {"skipped"},
+    "spot-service-linked-role": {"ok"},
+    "lambda-permissions": {"skipped"},
+    "daemonsets-fit": {"ok"},
+}
+
+
+def test_undeployed_stack(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
+    setup.undeploy_stack()
+    try:
+        code, checks = run_doctor(capsys)
+        human_code = main(["doctor", "--cluster", CLUSTER])
+        out = capsys.readouterr().out
+    finally:
+        setup.redeploy_stack()
+    failure = only_failure(checks, "stack")
+    assert code == 1 and human_code == 1
+    assert failure["summary"] == f"stack ServerlessKarpenter-{CLUSTER} is not deployed in us-east-1"
+    assert failure["fix"] == f"cdk deploy -c clusterName={CLUSTER}  (or: make deploy CLUSTER={CLUSTER})"
+    assert statuses(checks) == WITHOUT_STACK
+    skipped = {c["check"]: c["summary"] for c in checks if c["status"] == "skipped"}
+    assert skipped["interruption-queue"] == "no interruption queue to check (see the stack check)"
+    assert skipped["kms-keys"].endswith("the launching role is unknown (see the stack check)")
+    assert f"✗ [stack] stack ServerlessKarpenter-{CLUSTER} is not deployed" in out
+    assert f"    fix: cdk deploy -c clusterName={CLUSTER}" in out
+    assert "- [interruption-queue] no interruption queue to check" in out
+    assert out.rstrip().endswith("5 passed, 1 failed, 4 could not run")
+
+
+@pytest.fixture
+def fresh_process(setup: DoctorSetup, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """As `doctor` run from a shell: no control plane installed, nothing read from the stack yet."""
+    monkeypatch.delenv("STATE_TABLE_NAME")
+    monkeypatch.setenv("CLUSTER_NAME", CLUSTER)  # connect() sets it from --cluster: put it back after
+    use_control_plane(None)
+    try:
+        yield
+    finally:
+        use_control_plane(setup.sim.plane)
+
+
+def test_undeployed_stack_from_a_fresh_process(
+    setup: DoctorSetup, fresh_process: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the stack's outputs the command still reaches the cluster, and checks it."""
+    setup.undeploy_stack()
+    try:
+        code, checks = run_doctor(capsys)
+    finally:
+        setup.redeploy_stack()
+    assert code == 1
+    assert "is not deployed" in only_failure(checks, "stack")["summary"]
+    assert statuses(checks) == WITHOUT_STACK
+
+
+def test_no_such_cluster(setup: DoctorSetup, fresh_process: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mistyped --cluster: no stack and no EKS cluster. Only the stack check can run."""
+    code = main(["doctor", "--cluster", "nosuch", "--json"])
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 1 and report["cluster"] == "nosuch" and report["ok"] is False
+    checks = report["checks"]
+    failure = only_failure(checks, "stack")
+    assert failure["summary"] == (
+        "stack ServerlessKarpenter-nosuch is not deployed in us-east-1, and there is no EKS cluster nosuch "
+        "there either"
+    )
+    assert (
+        "check --cluster and --region" in failure["fix"]
+        and "cdk deploy -c clusterName=nosuch" in failure["fix"]
+    )
+    assert {c["check"]: c["status"] for c in checks if c["check"] != "stack"} == {
+        c.value: "skipped" for c in CheckId if c != CheckId.STACK
+    }
+    cluster_side = [c for c in checks if c["check"] == "daemonsets-fit"]
+    assert cluster_side[0]["summary"] == "not checked: there is no EKS cluster nosuch in us-east-1"
 
 
 def test_deleted_stack_resource(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,10 +174,10 @@ def test_deleted_stack_resource(setup: DoctorSetup, capsys: pytest.CaptureFixtur
             Handler="handler.lambda_handler",
             Code={"ZipFile": lambda_zip()},
         )
-    failed = failures(checks)
-    assert code == 1 and set(failed) == {"stack"}
-    assert f"function {physical}" in failed["stack"][0]["summary"]
-    assert f"cdk deploy -c clusterName={CLUSTER}" in failed["stack"][0]["fix"]
+    failure = only_failure(checks, "stack")
+    assert code == 1
+    assert f"function {physical}" in failure["summary"]
+    assert f"cdk deploy -c clusterName={CLUSTER}" in failure["fix"]
 
 
 def test_queue_policy_without_eventbridge(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,10 +192,10 @@ def test_queue_policy_without_eventbridge(setup: DoctorSetup, capsys: pytest.Cap
         code, checks = run_doctor(capsys)
     finally:
         setup.restore_queue()
-    failed = failures(checks)
-    assert code == 1 and set(failed) == {"interruption-queue"}
-    assert "does not let EventBridge" in failed["interruption-queue"][0]["summary"]
-    assert "events.amazonaws.com sqs:SendMessage" in failed["interruption-queue"][0]["fix"]
+    failure = only_failure(checks, "interruption-queue")
+    assert code == 1
+    assert "does not let EventBridge" in failure["summary"]
+    assert "events.amazonaws.com sqs:SendMessage" in failure["fix"]
 
 
 def test_unencrypted_queue(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,10 +205,96 @@ def test_unencrypted_queue(setup: DoctorSetup, capsys: pytest.CaptureFixture[str
         code, checks = run_doctor(capsys)
     finally:
         setup.restore_queue()
-    failed = failures(checks)
-    assert code == 1 and set(failed) == {"interruption-queue"}
-    assert "not encrypted" in failed["interruption-queue"][0]["summary"]
-    assert "SqsManagedSseEnabled=true" in failed["interruption-queue"][0]["fix"]
+    failure = only_failure(checks, "interruption-queue")
+    assert code == 1
+    assert "not encrypted" in failure["summary"]
+    assert "SqsManagedSseEnabled=true" in failure["fix"]
+
+
+def test_queue_key_that_eventbridge_cannot_use(
+    setup: DoctorSetup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SSE-KMS with a customer-managed key whose policy lets the account, but not EventBridge, use it:
+    EventBridge's deliveries fail, silently."""
+    kms = setup.client("kms")
+    key = kms.create_key(Description="interruption queue")["KeyMetadata"]["KeyId"]
+    kms.put_key_policy(KeyId=key, PolicyName="default", Policy=key_policy("123456789012", None))
+    # The policy again: moto drops it on an update that leaves it out.
+    encrypted = {"KmsMasterKeyId": key, "SqsManagedSseEnabled": "false", "Policy": setup.queue_policy}
+    setup.client("sqs").set_queue_attributes(QueueUrl=setup.queue_url, Attributes=encrypted)
+    try:
+        code, checks = run_doctor(capsys)
+    finally:
+        setup.restore_queue()
+        kms.disable_key(KeyId=key)
+    failure = only_failure(checks, "interruption-queue")
+    assert code == 1
+    assert failure["summary"] == (
+        f"interruption queue {setup.queue_url}: its KMS key {key} does not let EventBridge use it "
+        "(kms:GenerateDataKey, kms:Decrypt)"
+    )
+    assert failure["fix"] == (
+        f"add to the key policy of {key}: Allow events.amazonaws.com kms:GenerateDataKey, kms:Decrypt"
+    )
+
+
+def test_misnamed_interruption_queue(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
+    """The interruption function configured with a queue named after the cluster (Karpenter's habit for
+    settings.interruptionQueue), which does not exist, while the stack's queue and rules use another."""
+    lambda_ = setup.client("lambda")
+    function = setup.interruption_function
+    variables = lambda_.get_function_configuration(FunctionName=function)["Environment"]["Variables"]
+    wrong = setup.queue_url.rsplit("/", 1)[0] + f"/{CLUSTER}"
+    lambda_.update_function_configuration(
+        FunctionName=function, Environment={"Variables": {**variables, "INTERRUPTION_QUEUE_URL": wrong}}
+    )
+    try:
+        code, checks = run_doctor(capsys)
+    finally:
+        lambda_.update_function_configuration(FunctionName=function, Environment={"Variables": variables})
+    failure = only_failure(checks, "interruption-queue")
+    right = setup.queue_url.rsplit("/", 1)[-1]
+    assert code == 1
+    assert failure["summary"] == (
+        f"interruption queue {setup.queue_url}: the interruption function {function} is configured with "
+        f"queue {CLUSTER} (INTERRUPTION_QUEUE_URL), which does not exist, not {right}, which the stack "
+        "created and the rules target"
+    )
+    assert failure["fix"].startswith(
+        f"set {function}'s INTERRUPTION_QUEUE_URL to {setup.queue_url} (queue {right}, not {CLUSTER}): "
+        f"redeploy the stack (cdk deploy -c clusterName={CLUSTER}"
+    )
+    assert f"aws lambda update-function-configuration --function-name {function}" in failure["fix"]
+
+
+def test_interruption_function_fed_from_another_queue(
+    setup: DoctorSetup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its event source mapping reads the dead-letter queue: the rules fill a queue nothing reads."""
+    assert setup.sim.resources is not None
+    sqs = setup.client("sqs")
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=setup.sim.resources.dlq_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    setup.feed_interruption_function_from(dlq_arn)
+    wrong = setup.event_source()
+    try:
+        code, checks = run_doctor(capsys)
+    finally:
+        setup.feed_interruption_function_from(setup.sim.resources.queue_arn)
+    failure = only_failure(checks, "interruption-queue")
+    function, queue = setup.interruption_function, setup.queue_url.rsplit("/", 1)[-1]
+    assert code == 1
+    assert failure["summary"] == (
+        f"interruption queue {setup.queue_url}: the interruption function's event source mapping {wrong} "
+        f"reads queue {CLUSTER}-interruption-dlq, not {queue}; no event source mapping feeds {queue} to the "
+        f"interruption function {function}"
+    )
+    assert failure["fix"] == (
+        f"aws lambda delete-event-source-mapping --uuid {wrong}; aws lambda create-event-source-mapping "
+        f"--function-name {function} --event-source-arn {setup.sim.resources.queue_arn} "
+        "--function-response-types ReportBatchItemFailures"
+    )
 
 
 def test_rule_not_targeting_the_queue(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,10 +309,10 @@ def test_rule_not_targeting_the_queue(setup: DoctorSetup, capsys: pytest.Capture
     finally:
         events.put_targets(Rule=rule, Targets=targets)
         setup.restore_queue()
-    failed = failures(checks)
-    assert code == 1 and set(failed) == {"interruption-rules"}, failed
-    assert "SpotInterruption" in failed["interruption-rules"][0]["summary"]
-    assert "aws events put-targets" in failed["interruption-rules"][0]["fix"]
+    failure = only_failure(checks, "interruption-rules")
+    assert code == 1
+    assert "SpotInterruption" in failure["summary"]
+    assert "aws events put-targets" in failure["fix"]
 
 
 def test_missing_spot_service_linked_role(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]) -> None:
@@ -147,13 +327,10 @@ def test_missing_spot_service_linked_role(setup: DoctorSetup, capsys: pytest.Cap
             Path=role["Path"],
             AssumeRolePolicyDocument=json.dumps(role["AssumeRolePolicyDocument"]),
         )
-    failed = failures(checks)
-    assert code == 1 and set(failed) == {"spot-service-linked-role"}
-    assert "ServiceLinkedRoleCreationNotPermitted" in failed["spot-service-linked-role"][0]["summary"]
-    assert (
-        failed["spot-service-linked-role"][0]["fix"]
-        == "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com"
-    )
+    failure = only_failure(checks, "spot-service-linked-role")
+    assert code == 1
+    assert "ServiceLinkedRoleCreationNotPermitted" in failure["summary"]
+    assert failure["fix"] == "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com"
 
 
 def _role_name(setup: DoctorSetup, function: str) -> str:
@@ -174,9 +351,8 @@ def test_lambda_role_missing_a_permission(setup: DoctorSetup, capsys: pytest.Cap
         code, checks = run_doctor(capsys)
     finally:
         iam.put_role_policy(RoleName=role, PolicyName=POLICY_NAME, PolicyDocument=json.dumps(original))
-    failed = failures(checks)
-    assert code == 1 and set(failed) == {"lambda-permissions"}, failed
-    [failure] = failed["lambda-permissions"]
+    failure = only_failure(checks, "lambda-permissions")
+    assert code == 1
     assert failure["summary"] == (
         f"provisioner role {setup.stack.function_roles['provisioner']} may not ec2:CreateFleet"
     )
@@ -204,9 +380,8 @@ def test_permissions_boundary_that_denies(setup: DoctorSetup, capsys: pytest.Cap
     finally:
         iam.delete_role_permissions_boundary(RoleName=role)
         iam.delete_policy(PolicyArn=boundary)
-    failed = failures(checks)
-    assert code == 1 and set(failed) == {"lambda-permissions"}, failed
-    [failure] = failed["lambda-permissions"]
+    failure = only_failure(checks, "lambda-permissions")
+    assert code == 1
     assert failure["summary"] == (
         f"termination role {setup.stack.function_roles['termination']} may not ec2:TerminateInstances"
     )

@@ -35,7 +35,7 @@ ROLES = {f: f"arn:aws:iam::{ACCOUNT}:role/{CLUSTER}-{f}-role" for f in naming.FU
 
 def gatherer(iam: Any) -> Gatherer:
     unused = cast(Any, None)
-    return Gatherer(CLUSTER, REGION, lambda _: unused, unused, unused, unused, probe_clients=lambda _: iam)
+    return Gatherer(CLUSTER, REGION, lambda _: unused, None, probe_clients=lambda _: iam)
 
 
 def stubbed_iam() -> tuple[Any, Stubber]:

@@ -67,6 +67,8 @@ class StackFacts:
     outputs: dict[str, str] = field(default_factory=dict)
     # What each output names, and whether it exists ("table tbl", True).
     resources: dict[str, bool] = field(default_factory=dict)
+    # The EKS cluster the stack serves (its access entries live on it).
+    cluster_exists: bool = True
 
 
 @dataclass
@@ -79,12 +81,33 @@ class KmsKeyFacts:
 
 
 @dataclass
+class EventSourceFacts:
+    uuid: str
+    source_arn: str
+    state: str
+
+
+@dataclass
+class QueueConsumerFacts:
+    """The interruption function, as it is configured: which queue it reads."""
+
+    function: str
+    # Its INTERRUPTION_QUEUE_URL (None: not set), where it returns failed messages early; and whether
+    # that queue exists.
+    configured_url: str | None
+    configured_exists: bool
+    # Its SQS event source mappings: what Lambda feeds it from.
+    event_sources: list[EventSourceFacts] = field(default_factory=list)
+
+
+@dataclass
 class QueueFacts:
     url: str
     arn: str
     attributes: dict[str, str]
     policy: dict[str, Any] | None
     kms_key: KmsKeyFacts | None = None
+    consumer: QueueConsumerFacts | None = None  # None: no interruption function (the stack check says)
 
 
 @dataclass
@@ -147,6 +170,8 @@ class Facts:
     spot_service_linked_role: bool
     permissions: list[PermissionFacts]
     launch_role_arn: str | None  # the provisioner's role: it calls CreateFleet
+    # Why the cluster (EKS and Kubernetes) could not be read, or "": its checks are then not run.
+    cluster_unavailable: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -202,13 +227,35 @@ def _fail(check: CheckId, summary: str, fix: str) -> CheckResult:
     return CheckResult(check, Status.FAIL, summary, fix)
 
 
+def _skip(check: CheckId, summary: str) -> CheckResult:
+    return CheckResult(check, Status.SKIPPED, summary)
+
+
+def queue_name(url: str) -> str:
+    return url.rsplit("/", 1)[-1]  # a queue's URL ends with its name
+
+
+def _deploy(cluster: str) -> str:
+    return f"cdk deploy -c clusterName={cluster}  (or: make deploy CLUSTER={cluster})"
+
+
 # -- checks --------------------------------------------------------------------------------------------
 
 
 def check_stack(facts: Facts) -> list[CheckResult]:
     stack = facts.stack
-    deploy = f"cdk deploy -c clusterName={facts.cluster}  (or: make deploy CLUSTER={facts.cluster})"
+    deploy = _deploy(facts.cluster)
     if stack.status is None:
+        if not stack.cluster_exists:
+            return [
+                _fail(
+                    CheckId.STACK,
+                    f"stack {stack.name} is not deployed in {facts.region}, and there is no EKS cluster "
+                    f"{facts.cluster} there either",
+                    "check --cluster and --region; the stack serves an existing EKS cluster: create it, "
+                    f"then {deploy}",
+                )
+            ]
         return [_fail(CheckId.STACK, f"stack {stack.name} is not deployed in {facts.region}", deploy)]
     if not stack.status.endswith("_COMPLETE") or "ROLLBACK" in stack.status or "DELETE" in stack.status:
         return [
@@ -217,6 +264,16 @@ def check_stack(facts: Facts) -> list[CheckResult]:
                 f"stack {stack.name} is {stack.status}",
                 f"see its events (aws cloudformation describe-stack-events --stack-name {stack.name}), "
                 f"fix the cause, then {deploy}",
+            )
+        ]
+    if not stack.cluster_exists:
+        return [
+            _fail(
+                CheckId.STACK,
+                f"stack {stack.name} is {stack.status}, but its EKS cluster {facts.cluster} does not exist "
+                f"in {facts.region}",
+                "check --cluster and --region; if the cluster was deleted, delete its stack too "
+                f"(cdk destroy -c clusterName={facts.cluster})",
             )
         ]
     missing_outputs = [
@@ -253,22 +310,70 @@ def check_stack(facts: Facts) -> list[CheckResult]:
     ]
 
 
+# The interruption function's setting (Settings.interruption_queue_url) naming its queue.
+QUEUE_SETTING = "INTERRUPTION_QUEUE_URL"
 # EventBridge must encrypt with the key to deliver: it needs these on a customer-managed key.
 EVENTBRIDGE_KMS_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
+
+
+# Event source mapping states in which Lambda reads the queue, or soon will.
+_CONSUMING_STATES = ("Creating", "Enabling", "Enabled", "Updating")
+
+
+def _consumer_problems(facts: Facts, queue: QueueFacts) -> tuple[list[str], list[str]]:
+    """Whether the interruption function reads the queue the rules fill, rather than another name."""
+    consumer = queue.consumer
+    if consumer is None:
+        return [], []
+    problems: list[str] = []
+    fixes: list[str] = []
+    name, function = queue_name(queue.url), consumer.function
+    configured = consumer.configured_url
+    if configured is None or queue_name(configured) != name:
+        if configured is None:
+            problems.append(f"the interruption function {function} has no {QUEUE_SETTING}")
+        else:
+            missing = "" if consumer.configured_exists else ", which does not exist"
+            problems.append(
+                f"the interruption function {function} is configured with queue {queue_name(configured)} "
+                f"({QUEUE_SETTING}){missing}, not {name}, which the stack created and the rules target"
+            )
+        fixes.append(
+            f"set {function}'s {QUEUE_SETTING} to {queue.url} (queue {name}"
+            + (f", not {queue_name(configured)}" if configured else "")
+            + f"): redeploy the stack ({_deploy(facts.cluster)}), or aws lambda "
+            f"update-function-configuration --function-name {function} --environment "
+            f"'Variables={{...,{QUEUE_SETTING}={queue.url}}}' keeping its other variables"
+        )
+    create = (
+        f"aws lambda create-event-source-mapping --function-name {function} --event-source-arn {queue.arn} "
+        "--function-response-types ReportBatchItemFailures"
+    )
+    elsewhere = [e for e in consumer.event_sources if e.source_arn != queue.arn]
+    here = [e for e in consumer.event_sources if e.source_arn == queue.arn]
+    for source in elsewhere:
+        problems.append(
+            f"the interruption function's event source mapping {source.uuid} reads queue "
+            f"{source.source_arn.rsplit(':', 1)[-1]}, not {name}"
+        )
+        fixes.append(f"aws lambda delete-event-source-mapping --uuid {source.uuid}")
+    if not here:
+        problems.append(f"no event source mapping feeds {name} to the interruption function {function}")
+        fixes.append(create)
+    elif not any(e.state in _CONSUMING_STATES for e in here):
+        problems.append(
+            f"the interruption function's event source mapping {here[0].uuid} on {name} is {here[0].state}"
+        )
+        fixes.append(f"aws lambda update-event-source-mapping --uuid {here[0].uuid} --enabled")
+    return problems, fixes
 
 
 def check_interruption_queue(facts: Facts) -> list[CheckResult]:
     queue = facts.queue
     if queue is None:
-        return [
-            _fail(
-                CheckId.INTERRUPTION_QUEUE,
-                "the interruption queue was not found",
-                f"deploy the stack (cdk deploy -c clusterName={facts.cluster})",
-            )
-        ]
-    problems: list[str] = []
-    fixes: list[str] = []
+        # No stack, no queue output, or the queue was deleted: the stack check fails for each.
+        return [_skip(CheckId.INTERRUPTION_QUEUE, "no interruption queue to check (see the stack check)")]
+    problems, fixes = _consumer_problems(facts, queue)
     missing = policy_grants(queue.policy, "events.amazonaws.com", ("sqs:SendMessage",))
     if missing:
         problems.append("its policy does not let EventBridge (events.amazonaws.com) send messages")
@@ -332,10 +437,9 @@ def _rule_matches(pattern: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool
 def check_interruption_rules(facts: Facts) -> list[CheckResult]:
     if facts.queue is None:
         return [
-            _fail(
+            _skip(
                 CheckId.INTERRUPTION_RULES,
-                "no interruption queue for the rules to target",
-                f"deploy the stack (cdk deploy -c clusterName={facts.cluster})",
+                "no interruption queue for the rules to target (see the stack check)",
             )
         ]
     arn = facts.queue.arn
@@ -423,6 +527,56 @@ def check_ami_aliases(facts: Facts) -> list[CheckResult]:
 
 
 NODE_ACCESS_TYPES = ("EC2_LINUX", "EC2_WINDOWS", "EC2")
+# EKS authentication modes: which of access entries and aws-auth the cluster reads.
+API, CONFIG_MAP = "API", "CONFIG_MAP"
+NODE_USERNAME = "system:node:{{EC2PrivateDNSName}}"
+
+
+def _node_access(facts: Facts, arn: str, origin: str) -> CheckResult:
+    """Whether nodes with the role ``arn`` may join, by the sources the cluster's mode reads: access entries
+    unless it is CONFIG_MAP, aws-auth unless it is API (both when the mode is unknown)."""
+    access = facts.access
+    mode = access.authentication_mode
+    who = f"{origin} {arn}"
+    entry = (access.entries or {}).get(arn) if mode != CONFIG_MAP else None
+    groups = (access.aws_auth_roles or {}).get(arn)
+    mapped = groups is not None and "system:nodes" in groups
+    cannot_join = "its nodes cannot join the cluster"
+    create = (
+        f"aws eks create-access-entry --cluster-name {facts.cluster} --principal-arn {arn} --type EC2_LINUX"
+    )
+    if entry in NODE_ACCESS_TYPES:
+        return _ok(CheckId.NODE_ROLE, f"{who} has an {entry} access entry")
+    if mapped and mode != API:
+        return _ok(CheckId.NODE_ROLE, f"{who} is mapped to system:nodes in aws-auth")
+    if entry is not None:
+        return _fail(
+            CheckId.NODE_ROLE,
+            f"{who} has a {entry} access entry, not EC2_LINUX: {cannot_join}",
+            f"aws eks delete-access-entry --cluster-name {facts.cluster} --principal-arn {arn} && {create}",
+        )
+    if mode == CONFIG_MAP:
+        return _fail(
+            CheckId.NODE_ROLE,
+            f"{who} is not mapped to system:nodes in aws-auth, which is all the cluster reads (its "
+            f"authentication mode is CONFIG_MAP): {cannot_join}",
+            "add it to aws-auth's mapRoles: eksctl create iamidentitymapping --cluster "
+            f"{facts.cluster} --arn {arn} --username '{NODE_USERNAME}' --group system:bootstrappers "
+            "--group system:nodes; or move to access entries, which the stack needs: aws eks "
+            f"update-cluster-config --name {facts.cluster} --access-config "
+            f"authenticationMode=API_AND_CONFIG_MAP, then {create}",
+        )
+    if access.entries is None:
+        # Access entries could not be read, and the mode says they may be what grants the role.
+        return _skip(CheckId.NODE_ROLE, f"{who}: access entries not read ({access.unavailable_reason})")
+    if mapped:
+        return _fail(
+            CheckId.NODE_ROLE,
+            f"{who} has no access entry, and its system:nodes mapping in aws-auth is ignored: the cluster's "
+            f"authentication mode is API, so {cannot_join}",
+            create,
+        )
+    return _fail(CheckId.NODE_ROLE, f"{who} has no access entry: {cannot_join}", create)
 
 
 def _role_arn(account: str, role: str) -> str:
@@ -465,24 +619,8 @@ def check_node_role(facts: Facts) -> list[CheckResult]:
             else:
                 for role in nc.instance_profile_roles:
                     roles.setdefault(_role_arn(facts.account, role), f"instance profile {profile}")
-    access = facts.access
     for arn, origin in sorted(roles.items()):
-        entry = (access.entries or {}).get(arn)
-        mapped = (access.aws_auth_roles or {}).get(arn)
-        if entry in NODE_ACCESS_TYPES:
-            out.append(_ok(CheckId.NODE_ROLE, f"{origin} {arn} has an {entry} access entry"))
-        elif mapped is not None and "system:nodes" in mapped:
-            out.append(_ok(CheckId.NODE_ROLE, f"{origin} {arn} is mapped to system:nodes in aws-auth"))
-        else:
-            how = f" (access entries: {access.unavailable_reason})" if access.unavailable_reason else ""
-            out.append(
-                _fail(
-                    CheckId.NODE_ROLE,
-                    f"{origin} {arn} has no access entry: its nodes cannot join the cluster{how}",
-                    f"aws eks create-access-entry --cluster-name {facts.cluster} "
-                    f"--principal-arn {arn} --type EC2_LINUX",
-                )
-            )
+        out.append(_node_access(facts, arn, origin))
     if not out:
         out.append(
             _fail(
@@ -533,10 +671,9 @@ def check_kms_keys(facts: Facts) -> list[CheckResult]:
                 )
                 continue
             if launcher is None:
+                # No provisioner function: the stack check fails for it.
                 out.append(
-                    _fail(
-                        CheckId.KMS_KEYS, f"{where}: the launching role is unknown", "deploy the stack first"
-                    )
+                    _skip(CheckId.KMS_KEYS, f"{where}: the launching role is unknown (see the stack check)")
                 )
                 continue
             lacking = policy_grants(key.policy, launcher, EBS_KMS_ACTIONS)
@@ -587,13 +724,8 @@ def check_spot_role(facts: Facts) -> list[CheckResult]:
 
 def check_lambda_permissions(facts: Facts) -> list[CheckResult]:
     if not facts.permissions:
-        return [
-            _fail(
-                CheckId.LAMBDA_PERMISSIONS,
-                "no control-plane function roles found",
-                f"deploy the stack (cdk deploy -c clusterName={facts.cluster})",
-            )
-        ]
+        # No stack, or its functions are gone: the stack check fails for each.
+        return [_skip(CheckId.LAMBDA_PERMISSIONS, "no control-plane function to check (see the stack check)")]
     out = []
     for p in facts.permissions:
         if p.denied is None:
@@ -717,18 +849,26 @@ def check_daemonsets_fit(facts: Facts, overhead: Callable[..., resources.Resourc
 
 
 def run_checks(facts: Facts, overhead: Callable[..., resources.ResourceList]) -> list[CheckResult]:
-    return [
-        *check_stack(facts),
-        *check_interruption_queue(facts),
-        *check_interruption_rules(facts),
-        *check_nodeclass_selectors(facts),
-        *check_ami_aliases(facts),
-        *check_node_role(facts),
-        *check_kms_keys(facts),
-        *check_spot_role(facts),
-        *check_lambda_permissions(facts),
-        *check_daemonsets_fit(facts, overhead),
+    checks: list[tuple[CheckId, bool, Callable[[Facts], list[CheckResult]]]] = [
+        # (check, whether it reads the cluster, the check)
+        (CheckId.STACK, False, check_stack),
+        (CheckId.INTERRUPTION_QUEUE, False, check_interruption_queue),
+        (CheckId.INTERRUPTION_RULES, False, check_interruption_rules),
+        (CheckId.NODECLASS_SELECTORS, True, check_nodeclass_selectors),
+        (CheckId.AMI_ALIASES, True, check_ami_aliases),
+        (CheckId.NODE_ROLE, True, check_node_role),
+        (CheckId.KMS_KEYS, True, check_kms_keys),
+        (CheckId.SPOT_SERVICE_LINKED_ROLE, True, check_spot_role),
+        (CheckId.LAMBDA_PERMISSIONS, False, check_lambda_permissions),
+        (CheckId.DAEMONSETS_FIT, True, lambda f: check_daemonsets_fit(f, overhead)),
     ]
+    out: list[CheckResult] = []
+    for check, reads_cluster, run in checks:
+        if reads_cluster and facts.cluster_unavailable:
+            out.append(_skip(check, f"not checked: {facts.cluster_unavailable}"))
+        else:
+            out.extend(run(facts))
+    return out
 
 
 def failed(results: Sequence[CheckResult]) -> set[CheckId]:

@@ -14,21 +14,24 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 
 from serverless_karpenter import naming
-from serverless_karpenter.adapters.ec2 import NodeClassResolver, ResolvedNodeClass
-from serverless_karpenter.adapters.kubernetes import KubernetesGateway
+from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
 from serverless_karpenter.adapters.operator_reads import read_config_map
 from serverless_karpenter.api import labels
 from serverless_karpenter.doctor.checks import (
+    QUEUE_SETTING,
     AccessFacts,
+    EventSourceFacts,
     Facts,
     KmsKeyFacts,
     NodeClassFacts,
     PermissionFacts,
+    QueueConsumerFacts,
     QueueFacts,
     RuleFacts,
     StackFacts,
+    queue_name,
 )
-from serverless_karpenter.provisioning.context import InstanceTypeProvider
+from serverless_karpenter.provisioning.context import ControlPlane
 
 ClientFactory = Callable[[str], Any]
 
@@ -130,21 +133,19 @@ REQUIRED_PERMISSIONS: dict[str, tuple[Permission, ...]] = {
 }
 
 
-def _queue_name(url: str | None) -> str | None:
-    return url.rsplit("/", 1)[-1] if url else None  # a queue's URL ends with its name
-
-
 def stack_names(
     outputs: Mapping[str, str], cluster: str, region: str, account: str, partition: str
 ) -> dict[str, str]:
     """What :data:`REQUIRED_PERMISSIONS`' templates refer to, from the stack's outputs."""
     names = {"cluster": cluster, "region": region, "account": account, "partition": partition}
+    interruption_queue = outputs.get(naming.StackOutput.INTERRUPTION_QUEUE_URL)
+    termination_queue = outputs.get(naming.StackOutput.TERMINATION_QUEUE_URL)
     sources = {
         "table": outputs.get(naming.StackOutput.STATE_TABLE_NAME),
         "provisioner": outputs.get(naming.function_output("provisioner")),
         "node_role": outputs.get(naming.StackOutput.NODE_ROLE_NAME),
-        "interruption_queue": _queue_name(outputs.get(naming.StackOutput.INTERRUPTION_QUEUE_URL)),
-        "termination_queue": _queue_name(outputs.get(naming.StackOutput.TERMINATION_QUEUE_URL)),
+        "interruption_queue": queue_name(interruption_queue) if interruption_queue else None,
+        "termination_queue": queue_name(termination_queue) if termination_queue else None,
     }
     names.update({key: value for key, value in sources.items() if value})
     return names
@@ -209,18 +210,18 @@ class Gatherer:
         cluster: str,
         region: str,
         clients: ClientFactory,
-        kube: KubernetesGateway,
-        resolver: NodeClassResolver,
-        instance_types: InstanceTypeProvider,
+        plane: ControlPlane | None,
         probe_clients: ClientFactory | None = None,
+        unreachable: str = "",
     ) -> None:
-        """``probe_clients`` make the calls an emulator may not implement; give them no retries."""
+        """``plane`` reads the cluster (Kubernetes, and EC2 as the provisioner resolves node classes); without
+        one, ``unreachable`` says why, and the checks that need the cluster are not run.
+        ``probe_clients`` make the calls an emulator may not implement; give them no retries."""
         self.cluster = cluster
         self.region = region
         self._clients = clients
-        self.kube = kube
-        self.resolver = resolver
-        self.instance_type_provider = instance_types
+        self.plane = plane
+        self.unreachable = unreachable or ("" if plane is not None else "the cluster could not be reached")
         self._probe = probe_clients or clients
         self._cache: dict[str, Any] = {}
 
@@ -231,44 +232,69 @@ class Gatherer:
 
     def gather(self) -> Facts:
         account = str(self.client("sts").get_caller_identity()["Account"])
-        stack = self.stack()
+        eks_cluster = self.eks_cluster()
+        stack = self.stack(cluster_exists=eks_cluster is not None)
         outputs = stack.outputs
-        queue = self.queue(outputs.get(naming.StackOutput.INTERRUPTION_QUEUE_URL))
-        nodepools = self.kube.list_nodepools()
-        nodeclass_specs = self.kube.list_ec2nodeclasses()
-        nodeclasses = [self.nodeclass(nc) for nc in nodeclass_specs]
+        queue = self.queue(
+            outputs.get(naming.StackOutput.INTERRUPTION_QUEUE_URL),
+            outputs.get(naming.function_output("interruption")),
+        )
         roles = self.function_roles(outputs)
         node_role = outputs.get(naming.StackOutput.NODE_ROLE_NAME)
-        return Facts(
+        facts = Facts(
             cluster=self.cluster,
             region=self.region,
             account=account,
             stack=stack,
             queue=queue,
             rules=self.rules() if queue is not None else [],
-            nodeclasses=nodeclasses,
-            nodepools=nodepools,
-            daemonsets=self.kube.list_daemonsets(),
-            instance_types=self.instance_types(nodeclass_specs, nodeclasses),
+            nodeclasses=[],
+            nodepools=[],
+            daemonsets=[],
+            instance_types={},
             node_role_arn=f"arn:aws:iam::{account}:role/{node_role}" if node_role else None,
-            access=self.access(),
+            access=AccessFacts(entries=None, authentication_mode=None, aws_auth_roles=None),
             spot_service_linked_role=self.role_exists(naming.SPOT_SERVICE_LINKED_ROLE),
             permissions=self.permissions(roles, outputs, account),
             launch_role_arn=roles.get("provisioner"),
         )
+        if eks_cluster is None:
+            facts.cluster_unavailable = f"there is no EKS cluster {self.cluster} in {self.region}"
+        elif self.plane is None:
+            facts.cluster_unavailable = self.unreachable
+        else:
+            kube = self.plane.kube
+            nodeclass_specs = kube.list_ec2nodeclasses()
+            facts.nodepools = kube.list_nodepools()
+            facts.nodeclasses = [self.nodeclass(nc) for nc in nodeclass_specs]
+            facts.daemonsets = kube.list_daemonsets()
+            facts.instance_types = self.instance_types(nodeclass_specs, facts.nodeclasses)
+            facts.access = self.access(eks_cluster)
+        return facts
+
+    def eks_cluster(self) -> dict[str, Any] | None:
+        """DescribeCluster's answer, or None when there is no such cluster."""
+        try:
+            return dict(self._probe("eks").describe_cluster(name=self.cluster)["cluster"])
+        except ClientError as error:
+            if _code(error) == "ResourceNotFoundException":
+                return None
+            raise
 
     # -- the stack -----------------------------------------------------------------------------------
 
-    def stack(self) -> StackFacts:
+    def stack(self, cluster_exists: bool = True) -> StackFacts:
         name = naming.stack_name(self.cluster)
         try:
             described = self.client("cloudformation").describe_stacks(StackName=name)["Stacks"][0]
         except ClientError as error:
             if _code(error) == "ValidationError":  # CloudFormation's "Stack ... does not exist"
-                return StackFacts(name=name, status=None)
+                return StackFacts(name=name, status=None, cluster_exists=cluster_exists)
             raise
         outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs") or []}
-        facts = StackFacts(name=name, status=str(described["StackStatus"]), outputs=outputs)
+        facts = StackFacts(
+            name=name, status=str(described["StackStatus"]), outputs=outputs, cluster_exists=cluster_exists
+        )
         table = outputs.get(naming.StackOutput.STATE_TABLE_NAME)
         if table:
             facts.resources[f"table {table}"] = self._exists(
@@ -277,7 +303,7 @@ class Gatherer:
         for key in (naming.StackOutput.INTERRUPTION_QUEUE_URL, naming.StackOutput.TERMINATION_QUEUE_URL):
             url = outputs.get(key)
             if url:
-                facts.resources[f"queue {url.rsplit('/', 1)[-1]}"] = self._queue_exists(url)
+                facts.resources[f"queue {queue_name(url)}"] = self._queue_exists(url)
         role = outputs.get(naming.StackOutput.NODE_ROLE_NAME)
         if role:
             facts.resources[f"role {role}"] = self.role_exists(role)
@@ -321,7 +347,8 @@ class Gatherer:
 
     # -- interruption --------------------------------------------------------------------------------
 
-    def queue(self, url: str | None) -> QueueFacts | None:
+    def queue(self, url: str | None, function: str | None) -> QueueFacts | None:
+        """The interruption queue, and ``function`` (the interruption function) as it reads it."""
         if not url or not self._queue_exists(url):
             return None
         attributes = self.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])[
@@ -334,6 +361,29 @@ class Gatherer:
             attributes=dict(attributes),
             policy=_policy(attributes.get("Policy")),
             kms_key=self.kms_key(key_id) if key_id else None,
+            consumer=self.queue_consumer(function) if function else None,
+        )
+
+    def queue_consumer(self, function: str) -> QueueConsumerFacts | None:
+        lambda_ = self.client("lambda")
+        try:
+            configuration = lambda_.get_function_configuration(FunctionName=function)
+        except ClientError as error:
+            if _code(error) == "ResourceNotFoundException":
+                return None
+            raise
+        configured = ((configuration.get("Environment") or {}).get("Variables") or {}).get(QUEUE_SETTING)
+        sources = [
+            EventSourceFacts(str(m["UUID"]), str(m["EventSourceArn"]), str(m.get("State", "")))
+            for page in lambda_.get_paginator("list_event_source_mappings").paginate(FunctionName=function)
+            for m in page["EventSourceMappings"]
+            if ":sqs:" in str(m.get("EventSourceArn", ""))
+        ]
+        return QueueConsumerFacts(
+            function=function,
+            configured_url=configured,
+            configured_exists=bool(configured) and self._queue_exists(str(configured)),
+            event_sources=sources,
         )
 
     def rules(self) -> list[RuleFacts]:
@@ -377,12 +427,14 @@ class Gatherer:
         return facts
 
     def nodeclass(self, manifest: Mapping[str, Any]) -> NodeClassFacts:
+        assert self.plane is not None, "the cluster side is read through a control plane"
+        resolver = self.plane.resolver
         spec = dict(manifest.get("spec") or {})
-        subnets = self.resolver.subnets(spec.get("subnetSelectorTerms") or [])
-        groups = self.resolver.security_groups(spec.get("securityGroupSelectorTerms") or [])
+        subnets = resolver.subnets(spec.get("subnetSelectorTerms") or [])
+        groups = resolver.security_groups(spec.get("securityGroupSelectorTerms") or [])
         image_error = None
         try:
-            _, images = self.resolver.amis(spec.get("amiSelectorTerms") or [], spec.get("amiFamily"))
+            _, images = resolver.amis(spec.get("amiSelectorTerms") or [], spec.get("amiFamily"))
         except (ClientError, ValueError) as error:
             images, image_error = {}, str(error)
         facts = NodeClassFacts(
@@ -416,6 +468,8 @@ class Gatherer:
         self, specs: list[dict[str, Any]], nodeclasses: list[NodeClassFacts]
     ) -> dict[str, list[Any]]:
         """Per usable node class, the instance types the provisioner would consider."""
+        assert self.plane is not None, "the cluster side is read through a control plane"
+        resolver = self.plane.resolver
         by_name = {nc["metadata"]["name"]: nc for nc in specs}
         out: dict[str, list[Any]] = {}
         for facts in nodeclasses:
@@ -423,40 +477,47 @@ class Gatherer:
                 continue
             resolved = ResolvedNodeClass(
                 name=facts.name,
-                subnets=self.resolver.subnets(facts.spec.get("subnetSelectorTerms") or []),
+                subnets=resolver.subnets(facts.spec.get("subnetSelectorTerms") or []),
                 security_group_ids=facts.security_groups,
                 amis=facts.images,
-                ami_family=self.resolver.amis(
+                ami_family=resolver.amis(
                     facts.spec.get("amiSelectorTerms") or [], facts.spec.get("amiFamily")
                 )[0],
                 instance_profile=None,
             )
-            out[facts.name] = list(self.instance_type_provider.instance_types(resolved, by_name[facts.name]))
+            out[facts.name] = list(self.plane.instance_types.instance_types(resolved, by_name[facts.name]))
         return out
 
     # -- access and permissions ----------------------------------------------------------------------
 
-    def access(self) -> AccessFacts:
+    def access(self, eks_cluster: Mapping[str, Any]) -> AccessFacts:
+        """Access entries and the aws-auth mappings, whichever the cluster's authentication mode reads."""
+        assert self.plane is not None, "the cluster side is read through a control plane"
         eks = self._probe("eks")
-        cluster = eks.describe_cluster(name=self.cluster)["cluster"]
-        mode = (cluster.get("accessConfig") or {}).get("authenticationMode")
+        mode = (eks_cluster.get("accessConfig") or {}).get("authenticationMode")
         entries: dict[str, str] | None = None
         reason = ""
         try:
             entries = {}
-            for page in eks.get_paginator("list_access_entries").paginate(clusterName=self.cluster):
+            # A CONFIG_MAP cluster has no access entries, and EKS refuses to list them.
+            pages = (
+                []
+                if mode == "CONFIG_MAP"
+                else eks.get_paginator("list_access_entries").paginate(clusterName=self.cluster)
+            )
+            for page in pages:
                 for arn in page.get("accessEntries") or []:
                     entry = eks.describe_access_entry(clusterName=self.cluster, principalArn=arn)[
                         "accessEntry"
                     ]
                     entries[arn] = str(entry.get("type", ""))
         except (ClientError, BotoCoreError, ResponseParserError) as error:
-            why = not_implemented(error)
+            why = not_implemented(error) or _access_denied(error)
             if why is None:
                 raise
             entries, reason = None, why
         aws_auth: dict[str, list[str]] | None = None
-        config_map = read_config_map(self.kube, "kube-system", "aws-auth")
+        config_map = read_config_map(self.plane.kube, "kube-system", "aws-auth")
         if config_map is not None:
             aws_auth = {}
             for item in yaml.safe_load((config_map.get("data") or {}).get("mapRoles") or "[]") or []:
