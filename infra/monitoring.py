@@ -1,9 +1,9 @@
 """One CloudWatch dashboard per cluster, and the alarms, notifying an encrypted SNS topic.
 
 Every custom metric on the dashboard is a :class:`MetricName` under :data:`NAMESPACE`, with the
-``service`` dimension Powertools adds; dimensioned metrics (NodeClaims by State, ...) are drawn with
-SEARCH so that new dimension values appear without a deploy. tests/infra checks the names against the
-code.
+``service`` dimension Powertools adds and the ``ClusterName`` the handlers bind; dimensioned metrics
+(NodeClaims by State, ...) are drawn with SEARCH so that new dimension values appear without a deploy.
+tests/infra checks the names against the code.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
-from serverless_karpenter.observability import NAMESPACE, SERVICE, MetricName
+from serverless_karpenter.observability import CLUSTER_DIMENSION, NAMESPACE, SERVICE, MetricName
 
 GRAPH_PERIOD = Duration.minutes(1)
 ALARM_PERIOD = Duration.minutes(5)
-DEFAULT_DIMENSIONS = {"service": SERVICE}
 LAUNCH_ERROR_RATE_PERCENT = 25
 WIDE = 24
 HALF = 12
@@ -32,29 +31,44 @@ THIRD = 8
 HEIGHT = 6
 
 
-def metric(
-    name: MetricName, statistic: str = "Sum", label: str | None = None, period: Duration = GRAPH_PERIOD
-) -> cw.Metric:
-    return cw.Metric(
-        namespace=NAMESPACE,
-        metric_name=name.value,
-        dimensions_map=DEFAULT_DIMENSIONS,
-        statistic=statistic,
-        label=label,  # None in alarms: a labelled metric would render as a metric-math alarm
-        period=period,
-    )
+class ClusterMetrics:
+    """The cluster's custom metrics: every one carries ``service`` and ``ClusterName`` (see
+    :func:`serverless_karpenter.observability.bind_cluster`), so stacks of two clusters in one account and
+    region draw and alarm on their own cluster's figures only."""
 
+    def __init__(self, cluster_name: str) -> None:
+        self.cluster_name = cluster_name
+        self.dimensions = {"service": SERVICE, CLUSTER_DIMENSION: cluster_name}
 
-def by_dimension(name: MetricName, dimension: str, statistic: str = "Sum") -> cw.MathExpression:
-    """One line per value of ``dimension``, whatever values the code emits."""
-    schema = f"{{{NAMESPACE},{dimension},service}}"
-    query = f'{schema} MetricName="{name.value}" service="{SERVICE}"'
-    return cw.MathExpression(
-        expression=f"SEARCH('{query}', '{statistic}', {int(GRAPH_PERIOD.to_seconds())})",
-        label=f"${{PROP('Dim.{dimension}')}}",
-        period=GRAPH_PERIOD,
-        using_metrics={},
-    )
+    def metric(
+        self,
+        name: MetricName,
+        statistic: str = "Sum",
+        label: str | None = None,
+        period: Duration = GRAPH_PERIOD,
+    ) -> cw.Metric:
+        return cw.Metric(
+            namespace=NAMESPACE,
+            metric_name=name.value,
+            dimensions_map=self.dimensions,
+            statistic=statistic,
+            label=label,  # None in alarms: a labelled metric would render as a metric-math alarm
+            period=period,
+        )
+
+    def by_dimension(self, name: MetricName, dimension: str, statistic: str = "Sum") -> cw.MathExpression:
+        """One line per value of ``dimension``, whatever values the code emits."""
+        schema = f"{{{NAMESPACE},{CLUSTER_DIMENSION},{dimension},service}}"
+        query = (
+            f'{schema} MetricName="{name.value}" service="{SERVICE}" '
+            f'{CLUSTER_DIMENSION}="{self.cluster_name}"'
+        )
+        return cw.MathExpression(
+            expression=f"SEARCH('{query}', '{statistic}', {int(GRAPH_PERIOD.to_seconds())})",
+            label=f"${{PROP('Dim.{dimension}')}}",
+            period=GRAPH_PERIOD,
+            using_metrics={},
+        )
 
 
 def graph(
@@ -130,6 +144,7 @@ class Monitoring(Construct):
         if alarm_email:
             self.alarm_topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
 
+        self.metrics = ClusterMetrics(cluster_name)
         self.alarms: list[cw.Alarm] = []
         self._add_alarms(prefix, functions, dead_letter_queues)
         self.dashboard = self._dashboard(cluster_name, functions, interruption_queue, dead_letter_queues)
@@ -177,7 +192,7 @@ class Monitoring(Construct):
             "ProvisionerStalledAlarm",
             alarm_name=f"{prefix}-provisioner-stalled",
             alarm_description="No provisioner heartbeat for 5 minutes: pending pods are not provisioned.",
-            metric=metric(MetricName.PROVISIONER_HEARTBEAT, "Sum", period=ALARM_PERIOD),
+            metric=self.metrics.metric(MetricName.PROVISIONER_HEARTBEAT, "Sum", period=ALARM_PERIOD),
             threshold=1,
             comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
             evaluation_periods=1,
@@ -195,12 +210,16 @@ class Monitoring(Construct):
                 using_metrics={
                     "errors": cw.MathExpression(
                         expression="FILL(e, 0)",
-                        using_metrics={"e": metric(MetricName.LAUNCH_ERRORS, period=ALARM_PERIOD)},
+                        using_metrics={
+                            "e": self.metrics.metric(MetricName.LAUNCH_ERRORS, period=ALARM_PERIOD)
+                        },
                         period=ALARM_PERIOD,
                     ),
                     "launched": cw.MathExpression(
                         expression="FILL(l, 0)",
-                        using_metrics={"l": metric(MetricName.NODECLAIMS_LAUNCHED, period=ALARM_PERIOD)},
+                        using_metrics={
+                            "l": self.metrics.metric(MetricName.NODECLAIMS_LAUNCHED, period=ALARM_PERIOD)
+                        },
                         period=ALARM_PERIOD,
                     ),
                 },
@@ -246,7 +265,8 @@ class Monitoring(Construct):
             cw.TextWidget(
                 markdown=(
                     f"# serverless-karpenter: {cluster_name}\n"
-                    f"Custom metrics: namespace `{NAMESPACE}`, dimension `service={SERVICE}`."
+                    f"Custom metrics: namespace `{NAMESPACE}`, dimensions `service={SERVICE}`, "
+                    f"`{CLUSTER_DIMENSION}={cluster_name}`."
                 ),
                 width=WIDE,
                 height=2,
@@ -256,21 +276,21 @@ class Monitoring(Construct):
             graph(
                 "Pending pods",
                 [
-                    metric(MetricName.PENDING_PODS, "Maximum", "pending"),
-                    metric(MetricName.PODS_UNSCHEDULABLE, "Sum", "unschedulable"),
-                    metric(MetricName.PODS_SCHEDULED, "Sum", "scheduled"),
+                    self.metrics.metric(MetricName.PENDING_PODS, "Maximum", "pending"),
+                    self.metrics.metric(MetricName.PODS_UNSCHEDULABLE, "Sum", "unschedulable"),
+                    self.metrics.metric(MetricName.PODS_SCHEDULED, "Sum", "scheduled"),
                 ],
                 width=THIRD,
             ),
             graph(
                 "NodeClaims by state",
-                [by_dimension(MetricName.NODECLAIMS_BY_STATE, "State", "Maximum")],
+                [self.metrics.by_dimension(MetricName.NODECLAIMS_BY_STATE, "State", "Maximum")],
                 width=THIRD,
             ),
             graph(
                 "Provisioner",
-                [metric(MetricName.PROVISIONER_HEARTBEAT, "Sum", "heartbeats")],
-                [metric(MetricName.SOLVE_DURATION, "p90", "solve p90")],
+                [self.metrics.metric(MetricName.PROVISIONER_HEARTBEAT, "Sum", "heartbeats")],
+                [self.metrics.metric(MetricName.SOLVE_DURATION, "p90", "solve p90")],
                 width=THIRD,
             ),
         )
@@ -278,20 +298,24 @@ class Monitoring(Construct):
             graph(
                 "Launches",
                 [
-                    metric(MetricName.NODECLAIMS_CREATED, label="created"),
-                    metric(MetricName.NODECLAIMS_LAUNCHED, label="launched"),
-                    metric(MetricName.NODECLAIMS_REGISTERED, label="registered"),
-                    metric(MetricName.NODECLAIMS_INITIALIZED, label="initialized"),
-                    metric(MetricName.NODECLAIMS_TERMINATED, label="terminated"),
+                    self.metrics.metric(MetricName.NODECLAIMS_CREATED, label="created"),
+                    self.metrics.metric(MetricName.NODECLAIMS_LAUNCHED, label="launched"),
+                    self.metrics.metric(MetricName.NODECLAIMS_REGISTERED, label="registered"),
+                    self.metrics.metric(MetricName.NODECLAIMS_INITIALIZED, label="initialized"),
+                    self.metrics.metric(MetricName.NODECLAIMS_TERMINATED, label="terminated"),
                 ],
             ),
             graph(
                 "Launch latency (pending → launched → initialized)",
                 [
-                    metric(MetricName.LAUNCH_LATENCY, "p50", "pending → launched p50"),
-                    metric(MetricName.LAUNCH_LATENCY, "p90", "pending → launched p90"),
-                    metric(MetricName.INITIALIZATION_LATENCY, "p50", "launched → initialized p50"),
-                    metric(MetricName.INITIALIZATION_LATENCY, "p90", "launched → initialized p90"),
+                    self.metrics.metric(MetricName.LAUNCH_LATENCY, "p50", "pending → launched p50"),
+                    self.metrics.metric(MetricName.LAUNCH_LATENCY, "p90", "pending → launched p90"),
+                    self.metrics.metric(
+                        MetricName.INITIALIZATION_LATENCY, "p50", "launched → initialized p50"
+                    ),
+                    self.metrics.metric(
+                        MetricName.INITIALIZATION_LATENCY, "p90", "launched → initialized p90"
+                    ),
                 ],
                 left_label="seconds",
             ),
@@ -300,18 +324,18 @@ class Monitoring(Construct):
             graph(
                 "Interruption messages by kind",
                 [
-                    by_dimension(MetricName.INTERRUPTION_MESSAGES, "Kind"),
-                    metric(MetricName.INTERRUPTION_MALFORMED, label="malformed"),
-                    metric(MetricName.INTERRUPTION_FOREIGN, label="not ours"),
+                    self.metrics.by_dimension(MetricName.INTERRUPTION_MESSAGES, "Kind"),
+                    self.metrics.metric(MetricName.INTERRUPTION_MALFORMED, label="malformed"),
+                    self.metrics.metric(MetricName.INTERRUPTION_FOREIGN, label="not ours"),
                 ],
                 width=THIRD,
             ),
             graph(
                 "Interruption latency and actions",
-                [by_dimension(MetricName.INTERRUPTION_ACTIONS, "Action")],
+                [self.metrics.by_dimension(MetricName.INTERRUPTION_ACTIONS, "Action")],
                 [
-                    metric(MetricName.INTERRUPTION_LATENCY, "p90", "latency p90"),
-                    metric(MetricName.INTERRUPTION_LATENCY, "Maximum", "latency max"),
+                    self.metrics.metric(MetricName.INTERRUPTION_LATENCY, "p90", "latency p90"),
+                    self.metrics.metric(MetricName.INTERRUPTION_LATENCY, "Maximum", "latency max"),
                 ],
                 right_label="seconds",
                 width=THIRD,
@@ -319,12 +343,12 @@ class Monitoring(Construct):
             graph(
                 "Drains",
                 [
-                    metric(MetricName.DRAINS_STARTED, label="started"),
-                    metric(MetricName.DRAINS_COMPLETED, label="completed"),
-                    metric(MetricName.PODS_EVICTED, label="pods evicted"),
-                    metric(MetricName.PODS_FORCE_DELETED, label="pods force-deleted"),
+                    self.metrics.metric(MetricName.DRAINS_STARTED, label="started"),
+                    self.metrics.metric(MetricName.DRAINS_COMPLETED, label="completed"),
+                    self.metrics.metric(MetricName.PODS_EVICTED, label="pods evicted"),
+                    self.metrics.metric(MetricName.PODS_FORCE_DELETED, label="pods force-deleted"),
                 ],
-                [metric(MetricName.DRAIN_DURATION, "p90", "drain duration p90")],
+                [self.metrics.metric(MetricName.DRAIN_DURATION, "p90", "drain duration p90")],
                 right_label="seconds",
                 width=THIRD,
             ),
@@ -332,23 +356,27 @@ class Monitoring(Construct):
         dashboard.add_widgets(
             graph(
                 "Disruption actions by method",
-                [by_dimension(MetricName.DISRUPTION_ACTIONS, "Method")],
-                [by_dimension(MetricName.DISRUPTION_BLOCKED, "Reason")],
+                [self.metrics.by_dimension(MetricName.DISRUPTION_ACTIONS, "Method")],
+                [self.metrics.by_dimension(MetricName.DISRUPTION_BLOCKED, "Reason")],
                 width=THIRD,
             ),
             graph(
                 "Cost per hour of managed capacity",
-                [metric(MetricName.COST_PER_HOUR, "Maximum", "$/hour")],
-                [metric(MetricName.SOLVE_COST_GAP, "Maximum", "gap to lower bound (%)")],
+                [self.metrics.metric(MetricName.COST_PER_HOUR, "Maximum", "$/hour")],
+                [self.metrics.metric(MetricName.SOLVE_COST_GAP, "Maximum", "gap to lower bound (%)")],
                 left_label="$/hour",
                 width=THIRD,
             ),
             graph(
                 "Unavailable offerings and launch errors",
                 [
-                    metric(MetricName.UNAVAILABLE_OFFERING_HITS, label="unavailable-offering hits"),
-                    metric(MetricName.LAUNCH_ERRORS, label="launch errors"),
-                    metric(MetricName.GARBAGE_COLLECTED_INSTANCES, label="garbage-collected instances"),
+                    self.metrics.metric(
+                        MetricName.UNAVAILABLE_OFFERING_HITS, label="unavailable-offering hits"
+                    ),
+                    self.metrics.metric(MetricName.LAUNCH_ERRORS, label="launch errors"),
+                    self.metrics.metric(
+                        MetricName.GARBAGE_COLLECTED_INSTANCES, label="garbage-collected instances"
+                    ),
                 ],
                 width=THIRD,
             ),

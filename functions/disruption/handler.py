@@ -11,7 +11,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from serverless_karpenter.disruption.usecases import disruption_lease, run_disruption
-from serverless_karpenter.observability import logger, metrics, tracer
+from serverless_karpenter.observability import bind_cluster, logger, metrics, tracer
 from serverless_karpenter.runtime import control_plane
 
 
@@ -20,6 +20,6 @@ from serverless_karpenter.runtime import control_plane
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     plane = control_plane()
-    logger.append_keys(cluster=plane.settings.cluster_name)
+    bind_cluster(plane.settings.cluster_name)
     request_id = getattr(context, "aws_request_id", "local")
     return run_disruption(plane, disruption_lease(plane, request_id)).to_json()

@@ -22,7 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from serverless_karpenter import state_schema
 from serverless_karpenter.interruption.messages import EventEnvelope, MalformedMessage, parse_message
 from serverless_karpenter.interruption.usecases import act_on, park_malformed, retry_failed_soon
-from serverless_karpenter.observability import logger, metrics, tracer
+from serverless_karpenter.observability import bind_cluster, logger, metrics, tracer
 from serverless_karpenter.runtime import control_plane
 
 # A batch whose every message failed is reported like any other partial failure (all items listed)
@@ -55,7 +55,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any] | None:
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    logger.append_keys(cluster=control_plane().settings.cluster_name)
+    bind_cluster(control_plane().settings.cluster_name)
     idempotency.register_lambda_context(context)
     response = process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context

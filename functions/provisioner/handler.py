@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from serverless_karpenter.observability import logger, metrics, tracer
+from serverless_karpenter.observability import bind_cluster, logger, metrics, tracer
 from serverless_karpenter.provisioning.usecases import provisioner_lease, run_provisioner
 from serverless_karpenter.runtime import control_plane
 
@@ -15,7 +15,7 @@ from serverless_karpenter.runtime import control_plane
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     plane = control_plane()
-    logger.append_keys(cluster=plane.settings.cluster_name)
+    bind_cluster(plane.settings.cluster_name)
     run = run_provisioner(plane, provisioner_lease(plane, context.aws_request_id))
     return {
         "leader": run.leader,

@@ -13,7 +13,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from serverless_karpenter.adapters.invoker import invoke_provisioner as wake_provisioner
-from serverless_karpenter.observability import logger, metrics, tracer
+from serverless_karpenter.observability import bind_cluster, logger, metrics, tracer
 from serverless_karpenter.runtime import control_plane
 from serverless_karpenter.termination.usecases import run_termination
 
@@ -34,7 +34,7 @@ invoke_provisioner = _invoke_provisioner
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     global _last_requeue
     plane = control_plane()
-    logger.append_keys(cluster=plane.settings.cluster_name)
+    bind_cluster(plane.settings.cluster_name)
     now = plane.clock.now()
     from_queue = bool((event or {}).get("Records"))
     chain_alive = _last_requeue is not None and now - _last_requeue < timedelta(

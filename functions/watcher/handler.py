@@ -7,7 +7,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 from serverless_karpenter.adapters.invoker import invoke_provisioner as wake_provisioner
-from serverless_karpenter.observability import logger, metrics, tracer
+from serverless_karpenter.observability import bind_cluster, logger, metrics, tracer
 from serverless_karpenter.provisioning.batcher import PendingPodBatcher
 from serverless_karpenter.provisioning.usecases import watch
 from serverless_karpenter.runtime import control_plane
@@ -36,7 +36,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     global _batcher
     request = WatcherEvent.model_validate(event or {})
     plane = control_plane()
-    logger.append_keys(cluster=plane.settings.cluster_name)
+    bind_cluster(plane.settings.cluster_name)
     if _batcher is None:
         _batcher = PendingPodBatcher(plane.settings.batch_idle_seconds, plane.settings.batch_max_seconds)
     seconds = plane.settings.watcher_poll_seconds if request.poll_seconds is None else request.poll_seconds

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serverless_karpenter.observability import NAMESPACE, SERVICE, MetricName
+from serverless_karpenter.observability import (
+    CLUSTER_DIMENSION,
+    DEFAULT_DIMENSION_NAMES,
+    NAMESPACE,
+    SERVICE,
+    MetricName,
+)
 
 from tests.infra.conftest import Synthesized
 from tests.infra.helpers import CLUSTERS, resources_of_type
@@ -117,13 +123,15 @@ def scan_code() -> CodeUsage:
                     keys = [str(k.value) for k in node.args[2].keys if isinstance(k, ast.Constant)]
                     if member is not None:
                         value = MetricName[member].value
-                        usage.dimensions.setdefault(value, set()).add(frozenset({*keys, "service"}))
+                        usage.dimensions.setdefault(value, set()).add(
+                            frozenset({*keys, *DEFAULT_DIMENSION_NAMES})
+                        )
                 elif callee == "add_metric":
                     name = next((kw.value for kw in node.keywords if kw.arg == "name"), None)
                     member = _metric_member(name) if name is not None else None
                     if member is not None:
                         usage.dimensions.setdefault(MetricName[member].value, set()).add(
-                            frozenset({"service"})
+                            frozenset(DEFAULT_DIMENSION_NAMES)
                         )
     return usage
 
@@ -139,7 +147,7 @@ def test_dashboard_metric_names_all_exist_in_metric_name(synthesized: Synthesize
     assert ours
     assert {m.name for m in ours} <= METRIC_VALUES, {m.name for m in ours} - METRIC_VALUES
     for metric in ours:
-        assert "service" in metric.dimensions, metric
+        assert set(DEFAULT_DIMENSION_NAMES) <= metric.dimensions, metric
     foreign = {m.namespace for m in dashboard_metrics(synthesized.templates[cluster])} - {NAMESPACE}
     assert foreign == {"AWS/Lambda", "AWS/SQS"}
 
@@ -176,23 +184,32 @@ def test_dashboard_dimension_sets_are_the_ones_the_code_emits(
 
 
 def test_emf_output_of_dimensioned_metrics_matches_the_dashboard_search(
-    synthesized: Synthesized, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    synthesized: Synthesized,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
     """What Powertools really prints for a dimensioned metric, with the environment the stack sets."""
-    from serverless_karpenter.observability import emit_dimensioned
+    from serverless_karpenter.observability import bind_cluster, emit_dimensioned, metrics
 
     template = synthesized.templates[CLUSTERS[0]]
     env = next(iter(resources_of_type(template, "AWS::Lambda::Function").values()))["Properties"][
         "Environment"
     ]["Variables"]
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", env["POWERTOOLS_SERVICE_NAME"])
-    searched = [m for m in dashboard_metrics(template) if m.namespace == NAMESPACE and len(m.dimensions) > 1]
+    bind_cluster(CLUSTERS[0])
+    request.addfinalizer(metrics.clear_default_dimensions)
+    searched = [
+        m
+        for m in dashboard_metrics(template)
+        if m.namespace == NAMESPACE and len(m.dimensions) > len(DEFAULT_DIMENSION_NAMES)
+    ]
     assert {m.name for m in searched} >= {
         MetricName.NODECLAIMS_BY_STATE.value,
         MetricName.INTERRUPTION_MESSAGES.value,
     }
     for metric in searched:
-        (dimension,) = metric.dimensions - {"service"}
+        (dimension,) = metric.dimensions - set(DEFAULT_DIMENSION_NAMES)
         capsys.readouterr()
         emit_dimensioned(MetricName(metric.name), 1, {dimension: "example"})
         emf = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -201,8 +218,35 @@ def test_emf_output_of_dimensioned_metrics_matches_the_dashboard_search(
         assert [m["Name"] for m in directive["Metrics"]] == [metric.name]
         assert {frozenset(d) for d in directive["Dimensions"]} == {metric.dimensions}
         assert emf["service"] == SERVICE
+        assert emf[CLUSTER_DIMENSION] == CLUSTERS[0]
 
 
 def test_every_metric_name_is_emitted_somewhere_in_the_code(code_usage: CodeUsage) -> None:
     missing = sorted(m.name for m in MetricName if m.name not in code_usage.referenced)
     assert missing == []
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_each_clusters_dashboard_and_alarms_select_that_cluster_only(
+    synthesized: Synthesized, cluster: str
+) -> None:
+    """Two clusters' stacks in one account publish to one namespace: the ClusterName dimension keeps a
+    heartbeat of one from satisfying the other's alarm."""
+    template = synthesized.templates[cluster]
+    for widget in dashboard_body(template)["widgets"]:
+        for entry in widget["properties"].get("metrics", []):
+            options = entry[-1] if isinstance(entry[-1], dict) else {}
+            if "expression" in options and NAMESPACE in options["expression"]:
+                assert f'{CLUSTER_DIMENSION}="{cluster}"' in options["expression"], options
+            plain = [e for e in entry if isinstance(e, str)]
+            if plain and plain[0] == NAMESPACE:
+                pairs = dict(zip(plain[2::2], plain[3::2], strict=True))
+                assert pairs[CLUSTER_DIMENSION] == cluster, entry
+    alarms = [
+        a["Properties"]
+        for a in resources_of_type(template, "AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("Namespace") == NAMESPACE
+    ]
+    assert alarms
+    for alarm in alarms:
+        assert {"Name": CLUSTER_DIMENSION, "Value": cluster} in alarm["Dimensions"], alarm

@@ -12,7 +12,7 @@ import yaml
 from aws_cdk.assertions import Match, Template
 from serverless_karpenter import state_schema
 from serverless_karpenter.config import Settings
-from serverless_karpenter.observability import NAMESPACE, SERVICE, MetricName
+from serverless_karpenter.observability import CLUSTER_DIMENSION, NAMESPACE, SERVICE, MetricName
 from serverless_karpenter.policies import PRE_EXISTING_LAUNCH_RESOURCE_TYPES
 
 from infra.access import KUBERNETES_GROUP
@@ -593,7 +593,10 @@ def test_alarms_for_dlq_depth_errors_stalled_provisioner_and_launch_error_rate(
     stalled = [a for a in alarms if a.get("MetricName") == MetricName.PROVISIONER_HEARTBEAT]
     assert len(stalled) == 1
     assert stalled[0]["Namespace"] == NAMESPACE
-    assert stalled[0]["Dimensions"] == [{"Name": "service", "Value": SERVICE}]
+    assert sorted(stalled[0]["Dimensions"], key=lambda d: d["Name"]) == [
+        {"Name": CLUSTER_DIMENSION, "Value": cluster},
+        {"Name": "service", "Value": SERVICE},
+    ]
     assert stalled[0]["Period"] == 300
     assert stalled[0]["TreatMissingData"] == "breaching"
     assert stalled[0]["ComparisonOperator"] == "LessThanThreshold"

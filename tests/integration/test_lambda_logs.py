@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from serverless_karpenter.lifecycle.model import NodeClaimState
-from serverless_karpenter.observability import SERVICE, Msg, logger
+from serverless_karpenter.observability import CLUSTER_DIMENSION, SERVICE, Msg, logger
+from serverless_karpenter.observability import metrics as powertools_metrics
 
 from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
 
@@ -30,6 +31,7 @@ def test_every_lambda_log_line_is_json_with_the_cluster_and_karpenters_nodeclaim
     # The logger is one per process: forget the cluster an earlier simulation appended, so that a line
     # logged before a handler appends it (a cold start's, say) is caught here.
     logger.remove_keys(["cluster"])
+    powertools_metrics.clear_default_dimensions()
     sim = simulation(
         tmp_path, {"name": "logs", "manifests": [nodepool(), nodeclass(), deployment("web", 2)], "steps": []}
     )
@@ -47,6 +49,11 @@ def test_every_lambda_log_line_is_json_with_the_cluster_and_karpenters_nodeclaim
         assert record.get("cluster") == sim.cluster_name, record
         assert record.get("service") == SERVICE and record.get("level") and record.get("message"), record
         assert record.get("function_name", "").startswith(f"{sim.cluster_name}-"), record
+    # Every metric, the dimensioned ones too, carries the cluster: a stack's alarms select on it.
+    for blob in metrics:
+        assert blob.get(CLUSTER_DIMENSION) == sim.cluster_name, blob
+        for directive in blob["_aws"]["CloudWatchMetrics"]:
+            assert all(CLUSTER_DIMENSION in dims for dims in directive["Dimensions"]), blob
     messages = {r["message"] for r in logs}
     assert {Msg.FOUND_PROVISIONABLE_PODS, Msg.COMPUTED_NEW_NODECLAIMS} <= messages
     nodeclaim_messages = (

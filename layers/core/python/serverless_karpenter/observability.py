@@ -18,6 +18,10 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 SERVICE = "serverless-karpenter"
 NAMESPACE = "ServerlessKarpenter"
+# Every metric carries ``service`` (Powertools) and this one: two clusters' stacks in one account and region
+# publish to the same namespace, and each dashboard and alarm must see its own cluster's figures only.
+CLUSTER_DIMENSION = "ClusterName"
+DEFAULT_DIMENSION_NAMES = ("service", CLUSTER_DIMENSION)
 
 
 class MetricName(StrEnum):
@@ -100,21 +104,37 @@ metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 tracer = Tracer(service=SERVICE)
 
 
+def bind_cluster(name: str) -> None:
+    """Key the invocation's logs (``cluster``) and metrics (``ClusterName``) by the cluster; every
+    handler calls it first."""
+    logger.append_keys(cluster=name)
+    metrics.set_default_dimensions(**{CLUSTER_DIMENSION: name})
+
+
 def emit_dimensioned(
     name: MetricName, value: float, dimensions: Mapping[str, str], unit: MetricUnit = MetricUnit.Count
 ) -> None:
     """A metric with its own dimensions (State, Kind, Method...), flushed on its own as EMF."""
-    with single_metric(name=name, unit=unit, value=value, namespace=NAMESPACE) as metric:
+    with single_metric(
+        name=name,
+        unit=unit,
+        value=value,
+        namespace=NAMESPACE,
+        default_dimensions=dict(metrics.default_dimensions),
+    ) as metric:
         for key, dim_value in dimensions.items():
             metric.add_dimension(name=key, value=dim_value)
 
 
 __all__ = [
+    "CLUSTER_DIMENSION",
+    "DEFAULT_DIMENSION_NAMES",
     "NAMESPACE",
     "SERVICE",
     "MetricName",
     "MetricUnit",
     "Msg",
+    "bind_cluster",
     "emit_dimensioned",
     "logger",
     "metrics",
