@@ -20,12 +20,14 @@ from serverless_karpenter.runtime import SchedulableInstanceType
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.inputs import apply_runtime_class
 from serverless_karpenter.scheduling.scheduler import (
+    MAX_INSTANCE_TYPES,
     ExistingCapacity,
     NodePoolTemplate,
     Scheduler,
     SchedulingResult,
     choose_offering,
     nodepool_requirements,
+    truncate_instance_types,
 )
 from serverless_karpenter.scheduling.volumes import VolumeIndex
 
@@ -368,6 +370,25 @@ def test_min_values_keep_enough_flexibility() -> None:
     )
     reason = solve([pod("p", cpu="3")], [strict]).unschedulable["default/p"]["strict"]
     assert "minValues" in reason and "instance-family" in reason and 'nodepool "strict"' in reason
+
+
+def test_min_values_beyond_what_create_fleet_takes_fail_the_pods_at_plan_time() -> None:
+    """Karpenter's TruncateInstanceTypes: a claim is cut to the 60 cheapest types CreateFleet takes; when
+    those no longer meet minValues, its pods fail to schedule with the reason (they would otherwise be
+    planned and refused at launch, batch after batch)."""
+    wide = pool("wide", [{"key": wk.INSTANCE_TYPE, "operator": "Exists", "minValues": 70}])
+    planned = solve([pod("p", cpu="1")], [wide])
+    assert len(planned.new_nodeclaims[0].instance_types) >= 70  # the scheduler keeps what minValues needs
+    result = truncate_instance_types(planned)
+    assert result.new_nodeclaims == []
+    reason = result.unschedulable["default/p"]["wide"]
+    assert "couldn't meet minValues" in reason and f'"{wk.INSTANCE_TYPE}" (60 of 70)' in reason, reason
+
+    enough = pool("enough", [{"key": wk.INSTANCE_TYPE, "operator": "Exists", "minValues": 50}])
+    result = truncate_instance_types(solve([pod("p", cpu="1")], [enough]))
+    [claim] = result.new_nodeclaims
+    assert 50 <= len({it.name for it in claim.instance_types}) <= MAX_INSTANCE_TYPES
+    assert "default/p" not in result.unschedulable
 
 
 def test_restricted_labels_are_rejected() -> None:

@@ -35,6 +35,7 @@ from serverless_karpenter.scheduling.scheduler import (
     instance_type_mismatch,
     nodepool_requirements,
     offering_allowed,
+    truncate_instance_types,
 )
 from serverless_karpenter.scheduling.taints import taints_from_dicts, tolerations_from_dicts, untolerated
 from serverless_karpenter.scheduling.volumes import VolumeIndex
@@ -233,7 +234,7 @@ def simulate_provisioning(
     if result.new_nodeclaims:
         budget = solver.default_budget(len(pending)) if time_budget_s is None else time_budget_s
         result, report = solver.improve(result, templates, budget, pending)
-    return result, report
+    return truncate_instance_types(result), report
 
 
 # Karpenter's Warning on a NodePool whose requirements, with its EC2NodeClass, leave no instance type with

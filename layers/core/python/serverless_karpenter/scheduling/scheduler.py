@@ -222,6 +222,33 @@ def order_instance_types(
     return ordered[:limit]
 
 
+def truncate_instance_types(result: SchedulingResult) -> SchedulingResult:
+    """Karpenter's ``TruncateInstanceTypes``: CreateFleet takes the :data:`MAX_INSTANCE_TYPES` cheapest
+    instance types of a claim, so a claim whose cheapest ones no longer meet its minValues cannot
+    launch as planned. It is dropped and its pods fail to schedule with the reason, once, rather than
+    being planned again and refused at every launch."""
+    kept: list[NewNodeClaim] = []
+    for claim in result.new_nodeclaims:
+        cheapest = claim.instance_types[:MAX_INSTANCE_TYPES]
+        shortfall = (
+            claim.requirements.check_min_values(it.labels for it in cheapest)
+            if claim.requirements.has_min_values()
+            else None
+        )
+        if shortfall is None:
+            claim.instance_types = list(cheapest)
+            kept.append(claim)
+            continue
+        reason = (
+            f"couldn't meet minValues requirements: {shortfall}, in the {MAX_INSTANCE_TYPES} cheapest "
+            "instance types that CreateFleet takes"
+        )
+        for pod in claim.pods:
+            result.unschedulable.setdefault(pod, {})[claim.nodepool] = reason
+    result.new_nodeclaims = kept
+    return result
+
+
 class _TypeView:
     """An instance type with its allocatable unpacked, so the hot filters compare plain integers."""
 
