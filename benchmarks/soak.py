@@ -2,12 +2,17 @@
 
 ``python -m benchmarks soak --hours 2 --json`` runs the real handlers against moto and the simulated
 cluster. Every ``--churn-minutes`` the Deployments are scaled to random sizes (0 to 300 pods in all);
-every ``--interruption-minutes`` a running spot instance gets an interruption warning; faults of every
-category are injected at ``--faults-per-hour`` (seeded RNG, so a run is reproducible). The invariants
-(``serverless_karpenter_sim.invariants``) are checked every virtual minute and at the end.
+every ``--interruption-minutes`` a running spot instance gets a rebalance recommendation and an
+interruption warning (one batch of two messages, so that out-of-order delivery has something to
+reorder); faults of every category are injected at ``--faults-per-hour`` (seeded RNG, so a run is
+reproducible), dealt from a shuffled deck of the catalogue so that every kind comes up once before any
+comes up twice. The invariants (``serverless_karpenter_sim.invariants``) are checked every virtual minute
+and at the end; the longest pending time is sampled every tick.
 
 To fit hours in minutes of wall time the loop ticks every ``--tick`` virtual seconds (the watcher polls
-at the same pace); the kubelet delays stay as in the default schedule.
+at the same pace); the kubelet delays stay as in the default schedule. The control plane's Kubernetes
+client times out after 2 s (unless ``KUBERNETES_*_TIMEOUT_SECONDS`` say otherwise), so that a request
+the API server holds (a ``timeout`` fault) costs 2 s of wall time, not 30.
 """
 
 from __future__ import annotations
@@ -15,12 +20,17 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import random
 import sys
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from serverless_karpenter import crashpoints
+from serverless_karpenter.adapters.kubernetes import CONNECT_TIMEOUT_ENV, READ_TIMEOUT_ENV
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter_sim.scenario import Scenario, load_scenario
@@ -28,6 +38,9 @@ from serverless_karpenter_sim.simulation import Schedule, Simulation
 
 DEPLOYMENTS = {"web": ("1", "1Gi"), "api": ("500m", "512Mi"), "batch": ("2", "2Gi")}
 MAX_PODS = 300
+CLIENT_TIMEOUT_SECONDS = "2"
+# Named crash points are Lambda crashes; every other fault kind is counted under its own category.
+CATEGORY_OF = {"crash": "lambda", "aws": "aws"}
 
 
 def fault_catalog() -> list[dict[str, Any]]:
@@ -42,10 +55,8 @@ def fault_catalog() -> list[dict[str, Any]]:
         {"kube": {"verb": "patch", "resource": "nodes", "status": 409}, "times": 1},
         {"kube": {"verb": "list", "resource": "nodes", "status": "drop"}, "times": 1},
         {"kube": {"verb": "create", "resource": "pods/eviction", "status": 503}, "times": 2},
-        {
-            "kube": {"verb": "list", "resource": "pods", "status": "timeout", "delay_seconds": 0.05},
-            "times": 1,
-        },
+        # Held past the control plane's client read timeout: the client gives up, as on a stuck server.
+        {"kube": {"verb": "list", "resource": "pods", "status": "timeout"}, "times": 1},
         {"dynamodb": "throttle", "times": 2},
         {"dynamodb": "conditional-check-failed", "times": 1},
         {"lambda": "crash", "after": "dynamodb.PutItem", "function": "provisioner"},
@@ -57,7 +68,8 @@ def fault_catalog() -> list[dict[str, Any]]:
         {"lambda": "timeout", "function": "termination", "after_evictions": 1},
         {"crash": crashpoints.AFTER_NODECLAIM_WRITE},
         {"sqs": "duplicate", "times": 2},
-        {"sqs": "reorder", "times": 2},
+        # Fires on the next batch of several messages: the next interruption's pair at the latest.
+        {"sqs": "reorder", "times": 1},
     ]
 
 
@@ -132,6 +144,16 @@ def interrupt_a_spot_instance(sim: Simulation, rng: random.Random) -> bool:
     if not candidates:
         return False
     record = rng.choice(sorted(candidates, key=lambda r: r.name))
+    # EC2 sends a rebalance recommendation ahead of, or with, the warning; both reach the queue before the
+    # next delivery, so they come as one batch, which out-of-order delivery can reorder.
+    sim.put_event(
+        {
+            "version": "0",
+            "source": "aws.ec2",
+            "detail-type": "EC2 Instance Rebalance Recommendation",
+            "detail": {"instance-id": record.instance_id},
+        }
+    )
     sim.put_event(
         {
             "version": "0",
@@ -143,6 +165,48 @@ def interrupt_a_spot_instance(sim: Simulation, rng: random.Random) -> bool:
     return True
 
 
+class FaultDeck:
+    """Deals the catalogue's faults in a seeded random order, each once before any comes again, so that a
+    run with at least as many faults as the catalogue has kinds arms every kind."""
+
+    def __init__(self, catalog: list[dict[str, Any]], rng: random.Random) -> None:
+        self._catalog = catalog
+        self._rng = rng
+        self._deck: list[dict[str, Any]] = []
+
+    def draw(self) -> dict[str, Any]:
+        if not self._deck:
+            self._deck = list(self._catalog)
+            self._rng.shuffle(self._deck)
+        fault: dict[str, Any] = json.loads(json.dumps(self._deck.pop()))  # a copy the run may change
+        return fault
+
+
+def by_category(by_kind: Counter[str]) -> dict[str, int]:
+    """Faults per category (EC2, Kubernetes, DynamoDB, Lambda, SQS): they add up to the total."""
+    out: Counter[str] = Counter()
+    for kind, count in by_kind.items():
+        category = kind.split("/", 1)[0]
+        out[CATEGORY_OF.get(category, category)] += count
+    return dict(sorted(out.items()))
+
+
+@contextmanager
+def short_client_timeouts() -> Iterator[None]:
+    """The soak's client timeouts, unless the environment sets its own; restored afterwards."""
+    saved = {name: os.environ.get(name) for name in (CONNECT_TIMEOUT_ENV, READ_TIMEOUT_ENV)}
+    for name, value in saved.items():
+        if value is None:
+            os.environ[name] = CLIENT_TIMEOUT_SECONDS
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+
+
+@short_client_timeouts()
 def run_soak(
     hours: float = 2.0,
     *,
@@ -158,7 +222,7 @@ def run_soak(
     schedule = Schedule(tick_seconds=tick, watcher_every=tick, termination_every=max(5.0, tick))
     sim = Simulation(soak_scenario(), schedule=schedule, log=io.StringIO())
     sim.faults.rng = random.Random(seed + 1)
-    catalog = fault_catalog()
+    deck = FaultDeck(fault_catalog(), rng)
     interruptions = 0
     violations: list[str] = []
     leaked: set[str] = set()
@@ -176,7 +240,7 @@ def run_soak(
             if minute and minute % int(interruption_minutes) == 0 and interrupt_a_spot_instance(sim, rng):
                 interruptions += 1
             if rng.random() < fault_probability:
-                sim.fault(json.loads(json.dumps(rng.choice(catalog))))
+                sim.fault(deck.draw())
             sim.run_for(60.0)
             ticks_before += int(60.0 / tick)
             report = sim.check_invariants()
@@ -201,11 +265,16 @@ def run_soak(
         violations.extend(f"final: {v}" for v in final.violations())
         leaked.update(final.leaked_instances)
         lost.update(final.lost_messages)
-        faults = sim.faults.total_injected + sum(crashpoints.hits.values())
+        by_kind = sim.faults.by_kind()
+        armed = sim.faults.armed_faults()
         result = {
             "virtual_hours": round(total_minutes / 60, 2),
-            "faults_injected": faults,
-            "faults_by_kind": dict(sorted(sim.faults.injected.items())),
+            "faults_injected": sum(by_kind.values()),
+            "faults_by_category": by_category(by_kind),
+            "faults_by_kind": dict(sorted(by_kind.items())),
+            # Armed but never taking effect: lapsed before a matching call, or nothing to act on.
+            "faults_armed": len(armed),
+            "faults_unfired": [fault.description for fault in armed if fault.injected == 0],
             "interruptions": interruptions,
             "launches": len(sim.launch_order),
             "leaked_instances": len(leaked),

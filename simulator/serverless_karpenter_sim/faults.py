@@ -24,6 +24,11 @@ Every category takes ``times`` (default 1; ``null`` until cleared), ``skip`` (le
 calls through first) and ``function`` (only inside invocations of that Lambda; any by default), and AWS
 and Kubernetes categories take ``for`` (a duration after which the rule lapses).
 
+Each armed fault keeps its own count of what it did (:meth:`FaultInjector.armed_faults`), so a scenario
+can tell a fault that was armed from one that fired (:meth:`FaultInjector.unfired`). A Kubernetes
+``timeout`` is held past the control plane's read timeout (``KUBERNETES_READ_TIMEOUT_SECONDS``) unless
+the rule gives ``delay_seconds``: the real client gives up as it would on a stuck API server.
+
 AWS faults are botocore event hooks on the control plane's clients: the decision is taken at
 ``before-parameter-build`` (where the request's parameters are visible), a canned answer is returned at
 ``before-call`` (so botocore's retry policy does not see it: the caller gets the error as if every retry
@@ -45,6 +50,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.client import BaseClient
 from botocore.compat import HTTPHeaders
 from serverless_karpenter import crashpoints
+from serverless_karpenter.adapters.kubernetes import request_timeout
 
 from serverless_karpenter_sim.scenario import parse_duration
 
@@ -62,6 +68,9 @@ _CONTEXT_KEY = "serverless_karpenter_sim_fault"
 _ICE = "InsufficientInstanceCapacity"
 _AFTER_CALL_KINDS = ("partial-fleet", "lost-response", "dies-pending")
 _CLIENT_HOLDERS = ("serverless_karpenter", "aws_lambda_powertools")
+# How much longer than the client's read timeout a Kubernetes "timeout" holds the request: enough for
+# the client's timer to fire first on a loaded machine.
+TIMEOUT_MARGIN_SECONDS = 0.5
 
 
 class FaultError(ValueError):
@@ -129,6 +138,27 @@ class SqsRule:
 
 
 @dataclass
+class CrashRule:
+    """A named crash point armed ``times`` times; ``baseline`` is its global hit count when armed."""
+
+    name: str
+    times: int
+    baseline: int
+    injected: int = 0  # attributed by FaultInjector.armed_faults, from crashpoints.hits
+
+
+Rule = AwsRule | KubeRule | EvictionTimeout | SqsRule | CrashRule
+
+
+@dataclass
+class ArmedFault:
+    """One armed fault as a scenario step described it, and how often it took effect."""
+
+    description: str
+    injected: int
+
+
+@dataclass
 class SqsLedger:
     """Every interruption message the simulator received, and those it acknowledged (acted on)."""
 
@@ -175,6 +205,9 @@ class FaultInjector:
         self.sqs_rules: list[SqsRule] = []
         self.sqs = SqsLedger()
         self.injected: Counter[str] = Counter()  # category/kind -> faults that took effect
+        self._history: list[tuple[str, Rule]] = []  # every armed fault in order, kept through clear()
+        # crashpoints.hits is process-wide: only hits after this injector was made are this run's.
+        self._crash_baseline = Counter(crashpoints.hits)
         self.function: str | None = None  # the Lambda being invoked, if any
         self.lambda_failures: list[str] = []
         self._lock = threading.RLock()
@@ -193,10 +226,45 @@ class FaultInjector:
 
     @property
     def total_injected(self) -> int:
-        return sum(self.injected.values())
+        """Every fault that took effect in this run, named crash points included."""
+        return sum(self.by_kind().values())
+
+    def by_kind(self) -> Counter[str]:
+        """Faults that took effect by ``category/kind``, with each named crash point as ``crash/NAME``."""
+        out = Counter(self.injected)
+        for name, hits in (crashpoints.hits - self._crash_baseline).items():
+            out[f"crash/{name}"] += hits
+        return out
+
+    def armed_faults(self) -> list[ArmedFault]:
+        """Every fault armed so far, in order, with how often each took effect."""
+        self._attribute_crash_hits()
+        return [ArmedFault(description, rule.injected) for description, rule in self._history]
+
+    def unfired(self) -> list[str]:
+        """Armed faults that never took effect: a scenario that claims to test them does not."""
+        return [fault.description for fault in self.armed_faults() if fault.injected == 0]
+
+    def _attribute_crash_hits(self) -> None:
+        # Armed counts of one crash point add up, and hits consume them in arming order: attribute the hits
+        # since each arming to the armings first in, first out.
+        cursor: dict[str, int] = {}
+        for _, rule in self._history:
+            if not isinstance(rule, CrashRule):
+                continue
+            start = max(rule.baseline, cursor.get(rule.name, 0))
+            rule.injected = min(rule.times, max(0, crashpoints.hits[rule.name] - start))
+            cursor[rule.name] = start + rule.injected
 
     def arm(self, spec: dict[str, Any]) -> str:
         """Arm the fault a scenario step describes; returns a one-line description for the timeline."""
+        description, rule = self._arm(spec)
+        if spec.get("function"):
+            description += f" in {spec['function']}"
+        self._history.append((f"#{len(self._history) + 1} {description}", rule))
+        return description
+
+    def _arm(self, spec: dict[str, Any]) -> tuple[str, Rule]:
         present = [c for c in CATEGORIES if c in spec]
         if len(present) != 1:
             raise FaultError(f"fault {spec!r}: needs exactly one of {', '.join(CATEGORIES)}")
@@ -208,8 +276,9 @@ class FaultInjector:
         skip = int(spec.get("skip", 0))
         kind = spec[category]
         if category == "crash":
-            crashpoints.arm(str(kind), times or 1)
-            return f"crash at {kind}"
+            crash = CrashRule(str(kind), times or 1, crashpoints.hits[str(kind)])
+            crashpoints.arm(crash.name, crash.times)
+            return f"crash at {kind}", crash
         if category == "ec2":
             return self._arm_ec2(str(kind), spec, times, skip, function, until)
         if category == "dynamodb":
@@ -252,16 +321,21 @@ class FaultInjector:
                 raise FaultError(f"fault kube: {kind!r} is not a mapping of verb, resource, status")
             probe = dict(kind)
             probe.pop("times", None)
+            if probe.get("status") == "timeout" and "delay_seconds" not in probe:
+                probe["delay_seconds"] = request_timeout()[1] + TIMEOUT_MARGIN_SECONDS
             self.sim.kube_server.faults.add(**probe, times=0)  # validates the rule; never fires
-            self.kube_rules.append(KubeRule(probe, times, function, until))
-            return f"kube {probe.get('status', 500)} on {probe.get('verb', '*')} {probe.get('resource', '*')}"
+            kube_rule = KubeRule(probe, times, function, until)
+            self.kube_rules.append(kube_rule)
+            verb, resource = probe.get("verb", "*"), probe.get("resource", "*")
+            return f"kube {probe.get('status', 500)} on {verb} {resource}", kube_rule
         if category == "lambda":
             return self._arm_lambda(str(kind), spec, times, skip, function, until)
         if kind not in SQS_KINDS:
             raise FaultError(f"fault sqs: {kind!r} is not one of {', '.join(SQS_KINDS)}")
         self._hook_simulator_sqs()
-        self.sqs_rules.append(SqsRule(str(kind), times))
-        return f"sqs {kind}"
+        sqs_rule = SqsRule(str(kind), times)
+        self.sqs_rules.append(sqs_rule)
+        return f"sqs {kind}", sqs_rule
 
     def _arm_ec2(
         self,
@@ -271,7 +345,7 @@ class FaultInjector:
         skip: int,
         function: str | None,
         until: float | None,
-    ) -> str:
+    ) -> tuple[str, Rule]:
         if kind not in EC2_KINDS:
             raise FaultError(f"fault ec2: {kind!r} is not one of {', '.join(EC2_KINDS)}")
         operation = str(spec.get("operation", "*" if kind == "request-limit" else "CreateFleet"))
@@ -313,14 +387,15 @@ class FaultInjector:
         skip: int,
         function: str | None,
         until: float | None,
-    ) -> str:
+    ) -> tuple[str, Rule]:
         if kind not in LAMBDA_KINDS:
             raise FaultError(f"fault lambda: {kind!r} is not one of {', '.join(LAMBDA_KINDS)}")
         if kind == "timeout":
             after = int(spec.get("after_evictions", 1))
-            self.eviction_timeouts.append(EvictionTimeout(function or "termination", after, times))
+            timeout = EvictionTimeout(function or "termination", after, times)
+            self.eviction_timeouts.append(timeout)
             self._wrap_evict()
-            return f"lambda {function or 'termination'} times out after {after} eviction(s)"
+            return f"lambda {timeout.function} times out after {after} eviction(s)", timeout
         after_call = str(spec.get("after", ""))
         service, _, operation = after_call.partition(".")
         if not service or not operation:
@@ -337,11 +412,11 @@ class FaultInjector:
         )
         return self._add_aws(rule)
 
-    def _add_aws(self, rule: AwsRule) -> str:
+    def _add_aws(self, rule: AwsRule) -> tuple[str, Rule]:
         with self._lock:
             self.aws_rules.append(rule)
         self._hook_sessions()
-        return rule.describe()
+        return rule.describe(), rule
 
     def clear(self) -> None:
         with self._lock:

@@ -5,7 +5,13 @@
 - every non-terminal pod is Running by the end;
 - no PodDisruptionBudget was ever violated (the API server's audit);
 - every interruption message was acted on (acknowledged) or is in the DLQ with a reason;
-- no Node keeps our termination finalizer once its instance is gone.
+- no Node keeps our termination finalizer once its instance is gone;
+- every deletion we begin is carried through: a NodeClaim marked for deletion whose instance still runs
+  has its Node being deleted (a claim left Disrupting beside a live Node would hold its node, and its
+  NodePool's disruption budget, for ever), and one whose Node and instance are gone is closed.
+
+The longest a pod waited to run is sampled every tick (:meth:`Invariants.observe_pending`), not only
+when the invariants are checked.
 
 Conditions that are legitimately transient (an instance between CreateFleet and its record, a Node
 between TerminateInstances and its finalizer's removal) count as violations only once they have lasted
@@ -46,6 +52,7 @@ class InvariantReport:
     messages_parked: int = 0
     nodes_with_finalizer_and_no_instance: list[str] = field(default_factory=list)
     claims_stuck_deleting: list[str] = field(default_factory=list)
+    deletions_not_carried_through: list[str] = field(default_factory=list)
 
     def violations(self) -> list[str]:
         out = []
@@ -68,6 +75,11 @@ class InvariantReport:
             out.append(
                 "nodeclaims still deleting with neither node nor instance: "
                 + ", ".join(self.claims_stuck_deleting)
+            )
+        if self.deletions_not_carried_through:
+            out.append(
+                "nodeclaims marked for deletion whose running Node is not being deleted: "
+                + ", ".join(self.deletions_not_carried_through)
             )
         return out
 
@@ -93,6 +105,7 @@ class InvariantReport:
             "messages_parked": self.messages_parked,
             "nodes_with_finalizer_and_no_instance": self.nodes_with_finalizer_and_no_instance,
             "claims_stuck_deleting": self.claims_stuck_deleting,
+            "deletions_not_carried_through": self.deletions_not_carried_through,
         }
 
 
@@ -104,6 +117,7 @@ class Invariants:
         self._orphan_since: dict[str, float] = {}
         self._finalizer_since: dict[str, float] = {}
         self._stuck_since: dict[str, float] = {}
+        self._stalled_since: dict[str, float] = {}
         self.max_pending_seconds = 0.0
         self.reports: list[InvariantReport] = []
 
@@ -116,6 +130,33 @@ class Invariants:
     @property
     def finalizer_deadline(self) -> float:
         return 4 * self.sim.schedule.termination_every + 2 * self.sim.schedule.provisioner_every
+
+    @property
+    def deletion_deadline(self) -> float:
+        """How long a claim may be marked for deletion beside a Node nobody deletes: an interruption whose
+        handler died part-way is retried after the queue's visibility timeout, twice at worst."""
+        assert self.sim.resources is not None
+        return 2 * self.sim.resources.queue_visibility_timeout + self.finalizer_deadline
+
+    def observe_pending(self) -> None:
+        """Sample the oldest pending pod (the simulator calls this every tick; checks come less often)."""
+        self._pending_ages(self.sim.kube.list_pods(field_selector="status.phase=Pending"))
+
+    def _pending_ages(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The non-terminal pods, not being deleted, that are not Running; the oldest sets the maximum."""
+        clock_now = self.sim.clock.now()
+        pending = []
+        for pod in pods:
+            if podlib.is_terminal(pod) or podlib.is_deleting(pod):
+                continue
+            if (pod.get("status") or {}).get("phase") == "Running":
+                continue
+            pending.append(pod)
+            created = pod["metadata"].get("creationTimestamp")
+            if created:
+                age = (clock_now - _time(created)).total_seconds()
+                self.max_pending_seconds = max(self.max_pending_seconds, age)
+        return pending
 
     def check(self, final: bool = False) -> InvariantReport:
         sim = self.sim
@@ -146,7 +187,20 @@ class Invariants:
 
         stuck = set()
         nodes = sim.kube.list_nodes()
-        provider_ids = {(n.get("spec") or {}).get("providerID") for n in nodes}
+        nodes_by_provider_id = {(n.get("spec") or {}).get("providerID"): n for n in nodes}
+        provider_ids = set(nodes_by_provider_id)
+        stalled = set()
+        for record in records:
+            if not record.is_deleting or record.instance_id not in alive:
+                continue  # with its instance gone, the reconciler closes the claim (checked below)
+            node = nodes_by_provider_id.get(record.provider_id) if record.provider_id else None
+            if node is None or node["metadata"].get("deletionTimestamp"):
+                continue
+            stalled.add(record.name)
+            since = self._stalled_since.setdefault(record.name, now)
+            if final or now - since > self.deletion_deadline:
+                report.deletions_not_carried_through.append(record.name)
+        self._stalled_since = {n: t for n, t in self._stalled_since.items() if n in stalled}
         # The dual of a Node kept by our finalizer: a deletion whose Node and instance are both gone but
         # whose record never closed (nothing would ever revisit it).
         deleting = set()
@@ -174,19 +228,10 @@ class Invariants:
                 report.nodes_with_finalizer_and_no_instance.append(name)
         self._finalizer_since = {n: t for n, t in self._finalizer_since.items() if n in stuck}
 
-        clock_now = sim.clock.now()
-        for pod in sim.kube.list_pods():
-            if podlib.is_terminal(pod) or podlib.is_deleting(pod):
-                continue
-            if (pod.get("status") or {}).get("phase") == "Running":
-                continue
-            report.pending_pods += 1
-            if final:
-                report.pods_not_running.append(podlib.key(pod))
-            created = pod["metadata"].get("creationTimestamp")
-            if created:
-                age = (clock_now - _time(created)).total_seconds()
-                self.max_pending_seconds = max(self.max_pending_seconds, age)
+        pending = self._pending_ages(sim.kube.list_pods())
+        report.pending_pods = len(pending)
+        if final:
+            report.pods_not_running.extend(podlib.key(pod) for pod in pending)
         report.max_pending_seconds = round(self.max_pending_seconds, 1)
         report.pdb_violations = sim.kube_server.audit.pdb_violations
         self._messages(report, final)
@@ -267,6 +312,7 @@ def sorted_fields(report: InvariantReport) -> None:
     report.orphans_within_grace.sort()
     report.nodes_with_finalizer_and_no_instance.sort()
     report.claims_stuck_deleting.sort()
+    report.deletions_not_carried_through.sort()
     report.pods_not_running.sort()
 
 

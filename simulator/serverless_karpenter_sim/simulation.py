@@ -434,6 +434,7 @@ class Simulation:
         if self._due("disruption", self.schedule.disruption_every):
             self._invoke("disruption", {"source": "aws.scheduler"})
         self._observe()
+        self.invariants.observe_pending()
         if self._on_tick:
             self._on_tick(self)
         self.clock.advance(self.schedule.tick_seconds)
@@ -574,7 +575,7 @@ class Simulation:
             lambda_errors=dict(self.lambdas.errors),
             pdb_violations=self.kube_server.audit.pdb_violations,
             invariants=self.invariants.reports[-1] if self.invariants.reports else None,
-            faults_injected=self.faults.total_injected + sum(crashpoints.hits.values()),
+            faults_injected=self.faults.total_injected,
         )
 
 

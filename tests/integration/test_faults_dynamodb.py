@@ -1,5 +1,8 @@
 """DynamoDB faults: conditional writes that lose a race (ConditionalCheckFailed) and throttling
-(ProvisionedThroughputExceeded) on the state table. The invariants hold after every step and at the end."""
+(ProvisionedThroughputExceeded) on the state table, each on an operation the control plane calls
+while it is armed (leases: UpdateItem and a conditional DeleteItem every pass; records: PutItem, Query,
+and GetItem while a node is drained). Every armed fault fires, and the invariants hold after every step
+and at the end."""
 
 from __future__ import annotations
 
@@ -56,6 +59,7 @@ def test_dynamodb_races_and_throttling_converge(tmp_path: Path) -> None:
                 assert record.instance_id and sim.plane.launcher.describe(record.instance_id) is not None
 
     report = run_checked(sim, inspect)
+    assert not sim.faults.unfired(), sim.faults.armed_faults()
     assert sim.faults.injected["dynamodb/throttle"] >= 3
     assert sim.faults.injected["dynamodb/conditional-check-failed"] >= 3
     assert report["pods"] == {"total": 16, "running": 16, "pending": 0}

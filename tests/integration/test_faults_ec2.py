@@ -1,5 +1,6 @@
 """EC2 faults: no capacity for chosen offerings, RequestLimitExceeded bursts, partial and lost fleet
-answers, and an instance that dies while pending. The invariants hold after every step and at the end."""
+answers, and an instance that dies while pending. Every armed fault fires, and the invariants hold after
+every step and at the end."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ def test_ec2_faults_leave_no_leak_and_every_pod_running(tmp_path: Path) -> None:
         assert sorted(i.tags[wk.NODECLAIM] for i in live) == sorted(records)
 
     report = run_checked(sim, inspect)
+    assert not sim.faults.unfired(), sim.faults.armed_faults()
     injected = sim.faults.injected
     for kind in ("insufficient-capacity", "request-limit", "lost-response", "dies-pending", "partial-fleet"):
         assert injected[f"ec2/{kind}"] >= 1, kind

@@ -1,6 +1,10 @@
 """Kubernetes API faults: 5xx, timeouts, 409 conflicts and lists cut mid-way, against the control
-plane's requests only, while it provisions, registers and drains. The invariants hold after every step
-and at the end."""
+plane's requests only, while it provisions, registers and drains. Every armed fault fires, and the
+invariants hold after every step and at the end.
+
+The control plane never opens a watch (the watcher polls with lists), so a list cut mid-way is its
+"watch or list that drops"; a watch stream cut mid-way is covered by the API server's own test,
+tests/integration/test_kubeapi_faults.py::test_drop_cuts_a_watch_stream."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 
 import pytest
 from serverless_karpenter import crashpoints
+from serverless_karpenter.adapters.kubernetes import CONNECT_TIMEOUT_ENV, READ_TIMEOUT_ENV
 from serverless_karpenter_sim.scenario import load_scenario
 from serverless_karpenter_sim.simulation import Schedule, Simulation
 
@@ -19,7 +24,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(autouse=True)
-def _no_armed_crashes() -> Iterator[None]:
+def _no_armed_crashes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # A short client timeout, so that a request held past it costs a second, not the default 30.
+    monkeypatch.setenv(CONNECT_TIMEOUT_ENV, "1")
+    monkeypatch.setenv(READ_TIMEOUT_ENV, "1")
     crashpoints.disarm_all()
     yield
     crashpoints.disarm_all()
@@ -45,9 +53,10 @@ def test_kubernetes_api_faults_converge_without_violations(tmp_path: Path) -> No
             {"fault": {"kube": {"verb": "list", "resource": "nodes", "status": 503}, "times": 2}},
             {"wait": "240s"},
             {"fault": {"kube": {"verb": "create", "resource": "pods/eviction", "status": 500}, "times": 2}},
+            # Held past the control plane's read timeout: its client gives up, as on a stuck API server.
             {
                 "fault": {
-                    "kube": {"verb": "list", "resource": "pods", "status": "timeout", "delay_seconds": 0.05},
+                    "kube": {"verb": "list", "resource": "pods", "status": "timeout"},
                     "times": 2,
                     "function": "termination",
                 }
@@ -62,8 +71,12 @@ def test_kubernetes_api_faults_converge_without_violations(tmp_path: Path) -> No
         schedule=Schedule(tick_seconds=2.0, watcher_every=2.0),
     )
     report = run_checked(sim)
+    assert not sim.faults.unfired(), sim.faults.armed_faults()
     statuses = {key.split("/", 1)[1] for key in sim.faults.injected}
-    assert {"500", "drop", "409", "503"} <= statuses
+    assert {"500", "drop", "409", "503", "timeout"} <= statuses
+    # Each held request ended with the client hanging up: the real client's read timeout fired.
+    held = [r for r in sim.kube_server.faults.rules if r.status == "timeout" and r.injected]
+    assert held and all(r.client_timeouts == r.injected for r in held), held
     # The simulator's own controllers never saw a fault: every injected one hit the control plane.
     assert sim.faults.total_injected == sim.kube_server.faults.injected
     assert report["pods"] == {"total": 8, "running": 8, "pending": 0}

@@ -1,5 +1,6 @@
 """SQS faults: the interruption queue delivers messages twice and out of order. Every message is acted
-on once (or parked in the DLQ with a reason); the invariants hold after every step and at the end."""
+on once (or parked in the DLQ with a reason); every armed fault fires, and the invariants hold after
+every step and at the end."""
 
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ def test_duplicate_and_out_of_order_delivery_act_once(tmp_path: Path) -> None:
         )
 
     report = run_checked(sim, inspect)
+    assert not sim.faults.unfired(), sim.faults.armed_faults()
     assert sim.faults.injected["sqs/duplicate"] == 3
     assert sim.faults.injected["sqs/reorder"] >= 1
     ledger = sim.faults.sqs

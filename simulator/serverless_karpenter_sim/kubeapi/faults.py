@@ -5,8 +5,9 @@ A rule matches requests by verb and resource (``"*"`` for any; subresources are 
 
 - an HTTP status (500, 503, 409, 429, ...) carrying a proper ``Status`` body;
 - ``"timeout"``: the server holds the request ``delay_seconds`` (wall clock) and then closes the
-  connection without answering. A client whose read timeout is shorter sees a read timeout; any other
-  sees the connection dropped;
+  connection without answering. A client whose read timeout is shorter sees a read timeout (and hangs
+  up, which ends the hold early and counts in the rule's ``client_timeouts``); any other sees the
+  connection dropped;
 - ``"drop"``: the server starts a successful answer and closes the connection mid-body (a list's JSON
   is cut in half, a watch stream is cut inside its first chunk).
 
@@ -38,6 +39,7 @@ class FaultRule:
     retry_after: int | None = None
     message: str | None = None
     injected: int = 0
+    client_timeouts: int = 0  # "timeout" requests whose client hung up before the hold ended
 
     def matches(self, verb: str, resource: str, namespace: str | None, name: str | None) -> bool:
         return (
@@ -97,6 +99,11 @@ class FaultInjector:
                     self.counts[(verb, resource, str(rule.status))] += 1
                     return rule
             return None
+
+    def client_gave_up(self, rule: FaultRule) -> None:
+        """A held "timeout" request's client hung up first: its own read timeout fired."""
+        with self._lock:
+            rule.client_timeouts += 1
 
     @property
     def injected(self) -> int:

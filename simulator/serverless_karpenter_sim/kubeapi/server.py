@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 DEFAULT_WATCH_TIMEOUT_SECONDS = 1800
 _PHRASES = {status.value: status.phrase for status in HTTPStatus}
 _WATCH_POLL_SECONDS = 0.1
+_HOLD_POLL_SECONDS = 0.05  # how often a held "timeout" request looks for its client hanging up
 _UNAUTHENTICATED_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 
 
@@ -284,7 +285,8 @@ class _Handler(BaseHTTPRequestHandler):
             api.audit.count_request(verb)
             rule = api.faults.take(verb, route.resource, route.namespace, route.name)
             if rule is not None and rule.status == "timeout":
-                self.server.stopping.wait(rule.delay_seconds)
+                if self._hold(rule.delay_seconds):
+                    api.faults.client_gave_up(rule)
                 self._abort()
                 return
             if rule is not None and rule.status != "drop":
@@ -465,6 +467,24 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             self.close_connection = True
+
+    def _hold(self, seconds: float) -> bool:
+        """Answer nothing for ``seconds``; True when the client hung up first (its read timeout fired)."""
+        deadline = time.monotonic() + seconds
+        while not self.server.stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                readable, _, _ = select.select([self.connection], [], [], min(remaining, _HOLD_POLL_SECONDS))
+            except OSError:
+                return True
+            if readable and self._client_gone():
+                return True
+            if readable:
+                # Bytes from a client that does not wait for its answer; still holding, without spinning.
+                self.server.stopping.wait(min(remaining, _HOLD_POLL_SECONDS))
+        return False
 
     def _client_gone(self) -> bool:
         try:

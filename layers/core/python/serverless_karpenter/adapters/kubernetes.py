@@ -2,6 +2,10 @@
 
 Objects cross this boundary as plain JSON dicts (``_preload_content=False``): the pure core reads the
 same shapes a user writes, and we skip the client's slow model deserialisation on large lists.
+
+Every request has a connect and a read timeout (``KUBERNETES_CONNECT_TIMEOUT_SECONDS``, default 5, and
+``KUBERNETES_READ_TIMEOUT_SECONDS``, default 30): a Lambda must fail a call to a stuck API server, and
+retry on its next invocation, rather than hang until Lambda kills it mid-step.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -22,6 +27,11 @@ PAGE_SIZE = 500
 
 KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_AWS_GROUP = "karpenter.k8s.aws"
+
+CONNECT_TIMEOUT_ENV = "KUBERNETES_CONNECT_TIMEOUT_SECONDS"
+READ_TIMEOUT_ENV = "KUBERNETES_READ_TIMEOUT_SECONDS"
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 5.0
+DEFAULT_READ_TIMEOUT_SECONDS = 30.0
 
 
 class KubernetesError(Exception):
@@ -62,10 +72,33 @@ def configuration(
     return cfg
 
 
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise ValueError(f"{name}={raw!r}: must be a positive number of seconds")
+    return value
+
+
+def request_timeout() -> tuple[float, float]:
+    """(connect, read) seconds for one API request, from the environment."""
+    # Read per call (two dict lookups), not at import: tests and the simulator set them after import.
+    return (
+        _seconds(CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT_SECONDS),
+        _seconds(READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT_SECONDS),
+    )
+
+
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """One API call returning parsed JSON; failures become :class:`KubernetesError`."""
+    timeout = request_timeout()
     try:
-        response = fn(*args, _preload_content=False, _request_timeout=(5, 30), **kwargs)
+        response = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
     except ApiException as error:
         raise KubernetesError(f"{error.status} {error.reason}: {error.body!r:.300}", error.status) from error
     except Exception as error:  # urllib3 connection errors, timeouts
