@@ -166,12 +166,6 @@ def test_a_disruption_pass_that_dies_after_writing_its_decision_is_carried_throu
     carry_through(sim, decided[0].name)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a disruption pass that dies between marking a claim Disrupting and deleting its Node leaves "
-    "the claim Disrupting beside a live Node: no later pass or reconciler resumes begin_deletion",
-)
 def test_a_disruption_pass_that_dies_after_marking_a_claim_for_deletion_is_carried_through(
     scaled_down: Simulation,
 ) -> None:

@@ -11,10 +11,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
-from serverless_karpenter.adapters.kubernetes import KARPENTER_AWS_GROUP, KubernetesGateway
+from serverless_karpenter.adapters.kubernetes import (
+    KARPENTER_AWS_GROUP,
+    KubernetesError,
+    KubernetesGateway,
+    call,
+)
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.clock import to_rfc3339
 from serverless_karpenter.observability import logger
@@ -128,16 +131,15 @@ def write_status(
         return False
     name = nodeclass["metadata"]["name"]
     try:
-        kube.custom.patch_cluster_custom_object_status(
+        call(
+            kube.custom.patch_cluster_custom_object_status,
             KARPENTER_AWS_GROUP,
             VERSION,
             PLURAL,
             name,
             {"status": status},
-            _preload_content=False,
-            _request_timeout=(5, 30),
         )
-    except (ApiException, OSError) as failure:
+    except KubernetesError as failure:
         logger.warning(
             "failed writing EC2NodeClass status", extra={"ec2nodeclass": name, "error": str(failure)}
         )

@@ -11,14 +11,20 @@ from botocore.exceptions import ClientError
 
 from serverless_karpenter.adapters import nodeclass_status
 from serverless_karpenter.adapters.ec2 import Instance, ResolvedNodeClass
+from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.deployment import FUNCTION_TIMEOUT_SECONDS
 from serverless_karpenter.lifecycle.launch import launch_record, launch_templates_of, mark_launched
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.taints import taints_from_dicts
+from serverless_karpenter.termination.terminator import begin_deletion
+
+# Whatever called begin_deletion has ended by then, successfully or not.
+RESUME_DELETION_AFTER = timedelta(seconds=max(FUNCTION_TIMEOUT_SECONDS.values()))
 
 TERMINATED_RETENTION = timedelta(days=1)
 GONE_STATES = frozenset({"shutting-down", "terminated"})
@@ -204,6 +210,9 @@ class LifecycleReconciler:
                 self._close(record, result)
             return
         node = nodes.get(record.provider_id or "")
+        if record.state == NodeClaimState.DISRUPTING:
+            self._resume_deletion(record, node, result)
+            return
         if record.state == NodeClaimState.LAUNCHED:
             if node is not None:
                 self._register(record, node, result)
@@ -235,6 +244,31 @@ class LifecycleReconciler:
                 )
             logger.info(Msg.INITIALIZED_NODECLAIM, extra={"nodeclaim": saved.name, "node": saved.node_name})
             result.initialized.append(record.name)
+
+    def _resume_deletion(
+        self, record: NodeClaimRecord, node: Mapping[str, Any] | None, result: LifecycleResult
+    ) -> None:
+        """``begin_deletion`` marks the claim, then taints and deletes its Node (or terminates an
+        unregistered instance); the two are not one write. A Lambda that died between them left a claim
+        marked for deletion that nothing deletes, holding its NodePool's disruption budget. Once whatever
+        began it must have ended (the longest function timeout), finish it: each step is idempotent."""
+        if node is not None and node["metadata"].get("deletionTimestamp"):
+            return  # deleted: the termination function drains it
+        requested = record.deletion_requested_at or record.created_at
+        if self.plane.clock.now() - requested < RESUME_DELETION_AFTER:
+            return
+        logger.warning(
+            "resuming the deletion of a nodeclaim whose node was never deleted",
+            extra={"nodeclaim": record.name, "node": record.node_name, "reason": record.disruption_reason},
+        )
+        try:
+            begin_deletion(self.plane, record, record.disruption_reason or "Unknown")
+        except KubernetesError as error:  # the API server's trouble must not stop the rest of the pass
+            logger.warning(
+                "could not resume the deletion", extra={"nodeclaim": record.name, "error": str(error)}
+            )
+            return
+        result.deleted.append(record.name)
 
     def _register(self, record: NodeClaimRecord, node: Mapping[str, Any], result: LifecycleResult) -> None:
         plane = self.plane
