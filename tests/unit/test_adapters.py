@@ -140,6 +140,17 @@ def test_transitions_are_conditional_on_the_version(aws: None) -> None:
     assert store.get("default-abc") is None
 
 
+def test_live_listing_leaves_out_the_terminated_records_kept_for_audit(aws: None) -> None:
+    store, _ = _store()
+    for name in ("default-a", "default-b"):
+        store.create(NodeClaimRecord(name=name, nodepool="default", nodeclass="default", created_at=NOW))
+    done = store.get("default-b")
+    assert done is not None
+    store.save(done.model_copy(update={"state": NodeClaimState.TERMINATED, "expires_at": NOW}))
+    assert [r.name for r in store.list_live()] == ["default-a"]
+    assert [r.name for r in store.list()] == ["default-a", "default-b"]  # `status --all` and audits
+
+
 def test_the_lease_has_one_holder_until_it_expires(aws: None) -> None:
     _, ddb = _store()
     a, b = Lease(ddb, "t", "provisioner", "a"), Lease(ddb, "t", "provisioner", "b")

@@ -6,6 +6,7 @@ Every transition is a conditional write on ``version``: a writer that lost a rac
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from serverless_karpenter import state_schema as schema
-from serverless_karpenter.lifecycle.model import NodeClaimRecord
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 
 
 class ConflictError(Exception):
@@ -94,6 +95,23 @@ class NodeClaimStore:
                 KeyConditionExpression="#pk = :pk",
                 ExpressionAttributeNames={"#pk": schema.PARTITION_KEY},
                 ExpressionAttributeValues={":pk": {"S": schema.NODECLAIM_PARTITION}},
+                ConsistentRead=True,
+            )
+        )
+
+    def list_live(self) -> builtins.list[NodeClaimRecord]:  # `list` here is the method above
+        """The NodeClaims not Terminated: what every decision reads. Terminated ones are kept a day for
+        audit, and a churning cluster has many; filtered out in DynamoDB, they are neither sent nor
+        parsed on each pass."""
+        return list(
+            self._query(
+                KeyConditionExpression="#pk = :pk",
+                FilterExpression="#state <> :terminated",
+                ExpressionAttributeNames={"#pk": schema.PARTITION_KEY, "#state": "state"},
+                ExpressionAttributeValues={
+                    ":pk": {"S": schema.NODECLAIM_PARTITION},
+                    ":terminated": {"S": NodeClaimState.TERMINATED.value},
+                },
                 ConsistentRead=True,
             )
         )

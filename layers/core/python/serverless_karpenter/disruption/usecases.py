@@ -135,7 +135,7 @@ def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
             resolved[name] = plane.resolver.resolve(spec)
         except (ManifestError, ValueError) as error:
             logger.warning("EC2NodeClass not ready", extra={"ec2nodeclass": name, "error": str(error)})
-    records = plane.store.list()
+    records = plane.store.list_live()
     usage: dict[str, resources.ResourceList] = {}
     for record in records:
         if record.is_active or record.is_deleting:
@@ -263,7 +263,7 @@ def _delete(
 
 
 def _records_by_name(plane: ControlPlane) -> dict[str, NodeClaimRecord]:
-    return {r.name: r for r in plane.store.list()}
+    return {r.name: r for r in plane.store.list_live()}
 
 
 def expire(plane: ControlPlane, snapshot: Snapshot, pool: Sequence[Candidate], run: DisruptionRun) -> None:

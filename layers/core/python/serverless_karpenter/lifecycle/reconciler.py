@@ -93,7 +93,7 @@ class LifecycleReconciler:
     def reconcile(self) -> LifecycleResult:
         plane = self.plane
         result = LifecycleResult()
-        records = plane.store.list()
+        records = plane.store.list_live()
         instances = {i.id: i for i in plane.launcher.instances(include_terminated=True)}
         instances_by_claim = {
             i.tags.get(wk.NODECLAIM): i for i in instances.values() if i.state not in GONE_STATES
@@ -111,7 +111,7 @@ class LifecycleReconciler:
                 continue  # somebody else moved it; the next pass sees the new version
         self._garbage_collect(records, instances, result)
         self._sweep_launch_templates(resolved, result)
-        self._emit_state_counts(plane.store.list())
+        self._emit_state_counts(plane.store.list_live())
         return result
 
     def resolve_nodeclasses(self) -> dict[str, ResolvedNodeClass | None]:
@@ -151,7 +151,7 @@ class LifecycleReconciler:
             return
         plane.launcher.last_template_sweep = now
         in_use: set[str] = set()
-        for record in plane.store.list():
+        for record in plane.store.list_live():
             if record.state == NodeClaimState.TERMINATED:
                 continue
             if record.launch_template_name:

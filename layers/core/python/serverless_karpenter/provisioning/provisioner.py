@@ -391,7 +391,7 @@ class Provisioner:
             Msg.FOUND_PROVISIONABLE_PODS,
             extra={"pods": [podlib.key(p) for p in pending][:50], "count": len(pending)},
         )
-        records = plane.store.list()
+        records = plane.store.list_live()
         started = time.perf_counter()  # compute time, not control-plane time: the clock may be virtual
         # As ``schedule``, keeping the state: NodePool Events need what it says about NodePools.
         state = self.cluster_state(records)
