@@ -39,6 +39,11 @@ KARPENTER_PLURALS = {
     ("karpenter.sh", "NodeOverlay"): ("v1alpha1", "nodeoverlays"),
     ("karpenter.k8s.aws", "EC2NodeClass"): ("v1", "ec2nodeclasses"),
 }
+# A claim in these is not looked at again; DELETED marks one whose record was deleted.
+DELETED = "Deleted"
+FINAL_STATES = frozenset({NodeClaimState.TERMINATED.value, DELETED})
+# The instance states the kubelets are shown; a terminated instance is as good as gone to them.
+LIVE_INSTANCE_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 _REFERENCE = re.compile(r"\$\{(instance|node):(\d+)\}")
 
 
@@ -113,7 +118,12 @@ class MotoInstances:
 
     def running_instances(self) -> list[SimInstance]:
         out = []
-        filters = [{"Name": f"tag:{wk.TAG_CLUSTER_PREFIX}{self._cluster}", "Values": ["owned"]}]
+        # Terminated instances are left out: moto keeps them, and serializing the growing history every
+        # tick was most of a long run's cost. The kubelets treat a missing instance as gone.
+        filters = [
+            {"Name": f"tag:{wk.TAG_CLUSTER_PREFIX}{self._cluster}", "Values": ["owned"]},
+            {"Name": "instance-state-name", "Values": [*LIVE_INSTANCE_STATES]},
+        ]
         for page in self._ec2.get_paginator("describe_instances").paginate(Filters=filters):
             for reservation in page["Reservations"]:
                 for raw in reservation["Instances"]:
@@ -440,7 +450,17 @@ class Simulation:
         self.clock.advance(self.schedule.tick_seconds)
 
     def _observe(self) -> None:
-        for record in self.plane.store.list():
+        # The live records every tick, and each claim that left them once more (to see it Terminated):
+        # reading the Terminated ones kept for audit every tick grew a long run's cost without end.
+        records = self.plane.store.list_live()
+        live = {r.name for r in records}
+        for name in [n for n, state in self._states.items() if state not in FINAL_STATES and n not in live]:
+            record = self.plane.store.get(name)
+            if record is None:
+                self._states[name] = DELETED  # a claim deleted unlaunched is not reported, as before
+            else:
+                records.append(record)
+        for record in records:
             previous = self._states.get(record.name)
             if previous == record.state.value:
                 continue
@@ -466,7 +486,7 @@ class Simulation:
         pods = [p for p in self.kube.list_pods() if not podlib.is_terminal(p)]
         if any(p.get("status", {}).get("phase") != "Running" for p in pods):
             return False
-        records = self.plane.store.list()
+        records = self.plane.store.list_live()
         transient = {
             NodeClaimState.PENDING,
             NodeClaimState.LAUNCHED,
