@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -128,12 +128,15 @@ class SchedulingResult:
     unschedulable: dict[str, dict[str, str]]  # pod key -> {nodepool or "": reason}
 
 
+def offering_filter(requirements: Requirements) -> Callable[[Any], bool]:
+    """Whether an offering is available in the zones and capacity types ``requirements`` allow; the two
+    requirements are looked up once, for loops over many offerings."""
+    zone, capacity_type = requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)
+    return lambda o: o.available and zone.has(o.zone) and capacity_type.has(o.capacity_type)
+
+
 def offering_allowed(requirements: Requirements, offering: Any) -> bool:
-    return (
-        offering.available
-        and requirements.get(wk.ZONE).has(offering.zone)
-        and requirements.get(wk.CAPACITY_TYPE).has(offering.capacity_type)
-    )
+    return offering_filter(requirements)(offering)
 
 
 def defined_by_instance_type(key: str) -> bool:
@@ -160,25 +163,29 @@ def instance_type_mismatch(requirements: Requirements, it: InstanceTypeLike) -> 
             continue
         if not req.has(value):
             return str(req)
-    if not any(offering_allowed(requirements, o) for o in it.offerings):
+    if not any(map(offering_filter(requirements), it.offerings)):
         return "no available offering in the allowed zones and capacity types"
     return None
 
 
 def cheapest_offering(requirements: Requirements, it: InstanceTypeLike) -> Any | None:
-    allowed = [o for o in it.offerings if offering_allowed(requirements, o)]
+    allowed = list(filter(offering_filter(requirements), it.offerings))
     return min(allowed, key=lambda o: o.price) if allowed else None
+
+
+# CreateFleet's preference among capacity types (lower first), before price.
+CAPACITY_RANK = {wk.CAPACITY_TYPE_RESERVED: 0, wk.CAPACITY_TYPE_SPOT: 1, wk.CAPACITY_TYPE_ON_DEMAND: 2}
 
 
 def choose_offering(claim: NewNodeClaim) -> ChosenOffering | None:
     """What CreateFleet would pick: spot before on-demand when allowed, then the cheapest price."""
     best: tuple[int, float, str, Any] | None = None
-    rank = {wk.CAPACITY_TYPE_RESERVED: 0, wk.CAPACITY_TYPE_SPOT: 1, wk.CAPACITY_TYPE_ON_DEMAND: 2}
+    allowed = offering_filter(claim.requirements)
     for it in claim.instance_types:
         for o in it.offerings:
-            if not offering_allowed(claim.requirements, o):
+            if not allowed(o):
                 continue
-            candidate = (rank.get(o.capacity_type, 3), o.price, it.name, o)
+            candidate = (CAPACITY_RANK.get(o.capacity_type, 3), o.price, it.name, o)
             if best is None or candidate[:3] < best[:3]:
                 best = candidate
     if best is None:

@@ -32,6 +32,7 @@ from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.requirements import Requirement, Requirements
 from serverless_karpenter.scheduling.scheduler import (
+    CAPACITY_RANK,
     MAX_INSTANCE_TYPES,
     InstanceTypeLike,
     NewNodeClaim,
@@ -40,6 +41,7 @@ from serverless_karpenter.scheduling.scheduler import (
     choose_offering,
     instance_type_mismatch,
     offering_allowed,
+    offering_filter,
 )
 from serverless_karpenter.solver.bound import dual_bound
 from serverless_karpenter.solver.constraints import NodeClass, memberships, pod_constraints, zone_bound
@@ -52,7 +54,6 @@ MIN_TIME_BUDGET_S = 0.2
 BUDGET_PER_POD_S = 0.0004
 # How many main types each group tries, best dual ratio first.
 CANDIDATE_TYPES = 6
-_CAPACITY_RANK = {wk.CAPACITY_TYPE_RESERVED: 0, wk.CAPACITY_TYPE_SPOT: 1, wk.CAPACITY_TYPE_ON_DEMAND: 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +82,10 @@ def claim_cost(claim: NewNodeClaim) -> float:
 def _launch_choice(requirements: Requirements, it: InstanceTypeLike) -> tuple[int, float] | None:
     """What CreateFleet would buy of this type: the capacity type it prefers, then the lowest price."""
     best: tuple[int, float] | None = None
+    allowed = offering_filter(requirements)
     for o in it.offerings:
-        if offering_allowed(requirements, o):
-            candidate = (_CAPACITY_RANK.get(o.capacity_type, 3), o.price)
+        if allowed(o):
+            candidate = (CAPACITY_RANK.get(o.capacity_type, 3), o.price)
             if best is None or candidate < best:
                 best = candidate
     return best
@@ -401,11 +403,15 @@ def _repack(
         # Room is net of the daemonset overhead and covers every resource a pod here requests, so the
         # vector test is resources.fits(total, allocatable), only cheaper.
         used = node.used
-        fitting_index = [
-            i
-            for i in by_price
-            if i in node_launch and all(u <= r for u, r in zip(used, rooms[i], strict=True))
-        ]
+        # A claim carries the 60 cheapest types that fit (CreateFleet takes no more), so those are what
+        # it can launch and cost; only minValues may need the rest, to find how many it must keep.
+        enough = None if node_requirements.has_min_values() else MAX_INSTANCE_TYPES
+        fitting_index: list[int] = []
+        for i in by_price:
+            if i in node_launch and all(u <= r for u, r in zip(used, rooms[i], strict=True)):
+                fitting_index.append(i)
+                if len(fitting_index) == enough:
+                    break
         if not fitting_index:
             return None
         fitting = [types[i] for i in fitting_index]
