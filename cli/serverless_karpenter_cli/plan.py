@@ -212,7 +212,7 @@ def build_plan(
         namespaces=namespace_labels(manifests.namespaces),
         volumes=VolumeIndex.build(manifests.pvcs, manifests.pvs, manifests.storage_classes),
     )
-    result, report = simulate_provisioning(state, manifests.pending, _Types(provider))
+    result, report, _ = simulate_provisioning(state, manifests.pending, _Types(provider))
     return render(result, manifests, report)
 
 

@@ -208,12 +208,12 @@ def simulate_provisioning(
     plane: HasInstanceTypes,
     *,
     time_budget_s: float | None = None,
-) -> tuple[SchedulingResult, solver.SolveReport | None]:
+) -> tuple[SchedulingResult, solver.SolveReport | None, list[NodePoolTemplate]]:
     """The one provisioning simulation, shared by the live provisioner and ``plan``: NodePool templates
     (DaemonSet overhead, limits net of what is launched), existing nodes and in-flight NodeClaims, then
     Karpenter's scheduling of the pending pods, then the cost solver's repacking of the new NodeClaims
     (with its report; None when nothing new is needed). NodePools that cannot be used give their reason
-    to every unschedulable pod."""
+    to every unschedulable pod. The templates are returned too, for what a pass reports on NodePools."""
     usage: dict[str, resources.ResourceList] = {}
     for record in state.records:
         if record.is_active or record.is_deleting:
@@ -234,7 +234,7 @@ def simulate_provisioning(
     if result.new_nodeclaims:
         budget = solver.default_budget(len(pending)) if time_budget_s is None else time_budget_s
         result, report = solver.improve(result, templates, budget, pending)
-    return truncate_instance_types(result), report
+    return truncate_instance_types(result), report, templates
 
 
 # Karpenter's Warning on a NodePool whose requirements, with its EC2NodeClass, leave no instance type with
@@ -372,7 +372,7 @@ class Provisioner:
         self, pending: Sequence[Mapping[str, Any]], records: Sequence[NodeClaimRecord]
     ) -> tuple[SchedulingResult, solver.SolveReport | None, dict[str, ResolvedNodeClass]]:
         state = self.cluster_state(records)
-        result, report = simulate_provisioning(state, pending, self.plane)
+        result, report, _ = simulate_provisioning(state, pending, self.plane)
         return result, report, dict(state.resolved)
 
     def provision(self, renew_lease: Callable[[], bool] | None = None) -> ProvisioningResult:
@@ -395,7 +395,7 @@ class Provisioner:
         started = time.perf_counter()  # compute time, not control-plane time: the clock may be virtual
         # As ``schedule``, keeping the state: NodePool Events need what it says about NodePools.
         state = self.cluster_state(records)
-        result, report = simulate_provisioning(state, pending, plane)
+        result, report, templates = simulate_provisioning(state, pending, plane)
         resolved = state.resolved
         metrics.add_metric(
             name=MetricName.SOLVE_DURATION, unit=MetricUnit.Seconds, value=time.perf_counter() - started
@@ -430,7 +430,9 @@ class Provisioner:
             plane.kube.record_event(
                 by_key[pod_key], FAILED_SCHEDULING, f"Failed to schedule pod, {message}", "Warning"
             )
-        for warning in nodepool_warnings(state, result.unschedulable, self.nodeclass_instance_types(state)):
+        # The instance types each ready EC2NodeClass offers, as the templates listed them for this pass.
+        offered = {t.nodeclass: t.instance_types for t in templates}
+        for warning in nodepool_warnings(state, result.unschedulable, offered):
             plane.kube.record_event(warning.nodepool, warning.reason, warning.message, "Warning")
         metrics.add_metric(
             name=MetricName.PODS_UNSCHEDULABLE, unit=MetricUnit.Count, value=len(result.unschedulable)
@@ -461,14 +463,6 @@ class Provisioner:
                 record.name
             )
         return outcome
-
-    def nodeclass_instance_types(self, state: ClusterState) -> dict[str, Sequence[InstanceTypeLike]]:
-        """The instance types of each ready EC2NodeClass a NodePool uses, for NoCompatibleInstanceTypes."""
-        used = {nodeclass_ref(p) for p in state.nodepools} & set(state.resolved)
-        return {
-            name: self.plane.instance_types.instance_types(state.resolved[name], state.nodeclass_specs[name])
-            for name in sorted(used)
-        }
 
     def create_record(
         self, claim: NewNodeClaim, nodepool: NodePool | None = None, nodeclass: EC2NodeClass | None = None
