@@ -20,6 +20,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Protocol
 
 from serverless_karpenter.api import labels as wk
@@ -29,7 +30,7 @@ from serverless_karpenter.scheduling.hostports import describe as describe_port
 from serverless_karpenter.scheduling.preferences import PodState, link, prepare, restricted_requirement
 from serverless_karpenter.scheduling.requirements import Requirement, Requirements
 from serverless_karpenter.scheduling.taints import PREFER_NO_SCHEDULE, Taint, taints_from_dicts, untolerated
-from serverless_karpenter.scheduling.topology import ANTI_AFFINITY, Topology
+from serverless_karpenter.scheduling.topology import ANTI_AFFINITY, PER_NODE_KEYS, Topology
 from serverless_karpenter.scheduling.volumes import VolumeIndex
 
 # Keys an offering decides rather than the instance type.
@@ -277,6 +278,7 @@ class _TypeView:
 
 
 _CORE = frozenset({resources.CPU, resources.MEMORY, resources.PODS})
+_VIEW_CPU, _VIEW_MEMORY, _VIEW_PODS = attrgetter("cpu"), attrgetter("memory"), attrgetter("pods")
 
 
 def _split(requests: Mapping[str, int]) -> tuple[int, int, int, dict[str, int]]:
@@ -319,18 +321,36 @@ class _Claim:
     room_memory: int = 0
     room_pods: int = 0
     _envelope: tuple[int, int, int, int] = (-1, 0, 0, 0)  # (option count, cpu, memory, pods)
+    # What the smallest option has of each: a total within it keeps every option.
+    floor: tuple[int, int, int] = (0, 0, 0)
     _hostname: Requirement | None = None
+    # The claim's requirements on some keys, for as long as its requirements are the same object.
+    _domains: tuple[Requirements | None, tuple[str, ...], tuple[Requirement, ...]] = (None, (), ())
+
+    def domains(self, keys: tuple[str, ...]) -> tuple[Requirement, ...]:
+        requirements = self.claim.requirements
+        cached_for, cached_keys, found = self._domains
+        if cached_for is not requirements or cached_keys != keys:
+            found = tuple([requirements.get(key) for key in keys])
+            self._domains = (requirements, keys, found)
+        return found
 
     def refresh_room(self) -> None:
         views = self.views
         if self._envelope[0] != len(views):
             # Options only ever shrink, so an unchanged count means an unchanged set.
+            cpus, memories, pods_ = (
+                list(map(_VIEW_CPU, views)),
+                list(map(_VIEW_MEMORY, views)),
+                list(map(_VIEW_PODS, views)),
+            )
             self._envelope = (
                 len(views),
-                max((v.cpu for v in views), default=0),
-                max((v.memory for v in views), default=0),
-                max((v.pods for v in views), default=0),
+                max(cpus, default=0),
+                max(memories, default=0),
+                max(pods_, default=0),
             )
+            self.floor = (min(cpus, default=0), min(memories, default=0), min(pods_, default=0))
         requests = self.claim.requests
         _, cpu, memory, pods = self._envelope
         self.room_cpu = cpu - requests.get(resources.CPU, 0)
@@ -341,6 +361,28 @@ class _Claim:
         if self._hostname is None:
             self._hostname = _hostname_requirement(self.claim.hostname)
         return self._hostname
+
+
+class _TopologyMemo:
+    """One pod's topology verdicts on the new NodeClaims it tries, by the claims' domains.
+
+    While a pod tries the claims, no count changes (a pod is recorded only once placed), and with no
+    per-node group (hostname) the verdict on a claim depends only on the claim's requirements on the
+    groups' keys. So a zonal spread pod that a zone refuses skips every other claim of that zone at the
+    cost of a lookup, rather than repeating the requirement and topology checks for each."""
+
+    __slots__ = ("keys", "results")
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+        self.results: dict[tuple[Requirement, ...], Requirements | str] = {}
+
+    @staticmethod
+    def of(state: PodState) -> _TopologyMemo | None:
+        groups = state.topology_groups()
+        if not groups or any(g.key in PER_NODE_KEYS for g in groups):
+            return None
+        return _TopologyMemo(tuple(sorted({g.key for g in groups})))
 
 
 @dataclass(eq=False)
@@ -526,6 +568,7 @@ class Scheduler:
                 self._skip_existing[signature] = len(existing)
             rejected = self._rejected.setdefault(signature, set()) if signature is not None else None
             cpu, memory, pods, _ = _split(state.requests)
+            memo = _TopologyMemo.of(state)
             # Karpenter tries the new NodeClaims with the fewest pods first.
             for count in sorted(self._by_pod_count):
                 for entry in self._by_pod_count[count]:
@@ -533,7 +576,7 @@ class Scheduler:
                         continue
                     if rejected is not None and id(entry) in rejected:
                         continue
-                    if self._try_claim(entry, state) is None:
+                    if self._try_claim(entry, state, memo) is None:
                         self._recount(entry, count)
                         return None
                     if rejected is not None:
@@ -586,8 +629,11 @@ class Scheduler:
             del self._by_pod_count[old]
         self._by_pod_count.setdefault(old + 1, {})[entry] = None
 
-    def _try_claim(self, entry: _Claim, state: PodState) -> str | None:
+    def _try_claim(self, entry: _Claim, state: PodState, memo: _TopologyMemo | None = None) -> str | None:
         claim = entry.claim
+        domains = entry.domains(memo.keys) if memo is not None else None
+        if domains is not None and isinstance(memo.results.get(domains), str):  # type: ignore[union-attr]
+            return "topology"
         taint = untolerated(
             state.tolerations, claim.taints, include_prefer_no_schedule=not state.tolerate_prefer_no_schedule
         )
@@ -602,14 +648,24 @@ class Scheduler:
             return "requirements"
         merged = claim.requirements.merged(node_requirements)
         if state.topology_groups():
-            narrowed = self._topology(state, merged, merged, entry.hostname_requirement(), explain=False)
+            known = memo.results.get(domains) if memo is not None and domains is not None else None
+            if known is not None:
+                narrowed = known
+            else:
+                narrowed = self._topology(state, merged, merged, entry.hostname_requirement(), explain=False)
+                if memo is not None and domains is not None:
+                    memo.results[domains] = narrowed
             if isinstance(narrowed, str):
                 return "topology"
             if len(narrowed):
                 merged = merged.merged(narrowed)
         total = resources.merge(claim.requests, state.requests)
         cpu, memory, pods, extra = _split(total)
-        views = [v for v in entry.views if v.cpu >= cpu and v.memory >= memory and v.pods >= pods]
+        floor_cpu, floor_memory, floor_pods = entry.floor
+        if cpu <= floor_cpu and memory <= floor_memory and pods <= floor_pods:
+            views = entry.views
+        else:
+            views = [v for v in entry.views if v.cpu >= cpu and v.memory >= memory and v.pods >= pods]
         if extra:
             views = [v for v in views if v.fits(cpu, memory, pods, extra)]
         if merged is not claim.requirements:
