@@ -33,6 +33,7 @@ def run_provisioner(plane: ControlPlane, lease: Lease) -> ProvisionerRun:
     if not lease.acquire(plane.clock.now(), LEASE_SECONDS):
         logger.info("another provisioner holds the lease; exiting", extra={"holder": lease.holder})
         return ProvisionerRun(leader=False)
+
     def renew() -> bool:
         return lease.acquire(plane.clock.now(), LEASE_SECONDS)
 

@@ -7,6 +7,7 @@ Integers keep the hot paths of the solver cheap and exact.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from decimal import ROUND_CEILING, Decimal
 
@@ -31,6 +32,19 @@ _BINARY_UNITS = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 
 
 def parse(name: str, quantity: str | int | float) -> int:
     """Parse one quantity for ``name`` into its canonical integer (rounded up, as the kubelet does)."""
+    if isinstance(quantity, str | int | float):
+        return _parse_cached(name, quantity)
+    return _parse(name, quantity)  # malformed (a list, a map): the parser's own error names it
+
+
+# Pods of one workload repeat the same few quantities thousands of times, and Decimal parsing is most
+# of what reading a pod's requests costs.
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(name: str, quantity: str | int | float) -> int:
+    return _parse(name, quantity)
+
+
+def _parse(name: str, quantity: str | int | float) -> int:
     value: Decimal = parse_quantity(quantity)
     if name in _MILLI_RESOURCES:
         value = value * 1000

@@ -45,7 +45,7 @@ from serverless_karpenter.scheduling.scheduler import (
 )
 from serverless_karpenter.solver.bound import dual_bound
 from serverless_karpenter.solver.constraints import NodeClass, memberships, pod_constraints, zone_bound
-from serverless_karpenter.solver.packing import ANY_ZONE, Membership, NodeOption, Vector, best_packing
+from serverless_karpenter.solver.packing import ANY_ZONE, Membership, NodeOption, Vector, best_packing, fits
 
 # The time the solver may take grows with the batch (0.4 ms a pod, at least 0.2 s) up to 1.5 s, so small
 # batches stay fast and a 5,000-pod burst still places at well over 1,000 pods/s end to end.
@@ -77,6 +77,27 @@ def default_budget(pods: int) -> float:
 def claim_cost(claim: NewNodeClaim) -> float:
     chosen = choose_offering(claim)
     return chosen.price if chosen is not None else 0.0
+
+
+def _claim_costs(claims: Sequence[NewNodeClaim]) -> dict[int, float]:
+    """``claim_cost`` of each claim (by id), with what CreateFleet would buy of each type worked out once
+    per zone and capacity-type rule: the scheduler's claims share a few of those and many types."""
+    by_rule: dict[tuple[Requirement, Requirement], dict[int, tuple[int, float] | None]] = {}
+    out: dict[int, float] = {}
+    for claim in claims:
+        requirements = claim.requirements
+        choices = by_rule.setdefault((requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)), {})
+        best: tuple[int, float, str] | None = None
+        for it in claim.instance_types:
+            key = id(it)
+            if key in choices:
+                choice = choices[key]
+            else:
+                choice = choices[key] = _launch_choice(requirements, it)
+            if choice is not None and (best is None or (*choice, it.name) < best):
+                best = (*choice, it.name)
+        out[id(claim)] = best[1] if best is not None else 0.0
+    return out
 
 
 def _launch_choice(requirements: Requirements, it: InstanceTypeLike) -> tuple[int, float] | None:
@@ -163,7 +184,7 @@ def improve(
     pools = {t.name: t for t in templates}
     by_key = {podlib.key(p): p for p in pods}
     claims = result.new_nodeclaims
-    claim_costs = {id(c): claim_cost(c) for c in claims}
+    claim_costs = _claim_costs(claims)
     ffd_cost = sum(claim_costs.values())
 
     claim_pods = [by_key[k] for c in claims for k in c.pods if k in by_key]
@@ -408,7 +429,7 @@ def _repack(
         enough = None if node_requirements.has_min_values() else MAX_INSTANCE_TYPES
         fitting_index: list[int] = []
         for i in by_price:
-            if i in node_launch and all(u <= r for u, r in zip(used, rooms[i], strict=True)):
+            if i in node_launch and fits(used, rooms[i]):
                 fitting_index.append(i)
                 if len(fitting_index) == enough:
                     break

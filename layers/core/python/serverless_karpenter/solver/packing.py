@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from operator import le
 
 from serverless_karpenter.solver.bound import dual_bound, primal_mix
 
@@ -88,7 +89,8 @@ def copies_that_fit(vector: Sequence[int], residual: Sequence[int], cap: int) ->
 
 
 def fits(vector: Sequence[int], room: Sequence[int]) -> bool:
-    return all(v <= r for v, r in zip(vector, room, strict=True))
+    """Whether ``vector`` fits in ``room`` (of the same length) in every dimension."""
+    return all(map(le, vector, room))
 
 
 def cheapest_fitting(used: Sequence[int], options: Sequence[NodeOption]) -> NodeOption | None:
@@ -217,7 +219,14 @@ def best_packing(
         )
         if exclusive:
             attempts += [
-                partial(adaptive, owner_first=True, exclusive=exclusive, min_nodes=min_nodes, fill_penalty=p)
+                partial(
+                    adaptive,
+                    owner_first=True,
+                    exclusive=exclusive,
+                    min_nodes=min_nodes,
+                    fill_penalty=p,
+                    rest_deadline=deadline,
+                )
                 for p in FILL_POD_PENALTIES
             ]
         attempts += [partial(adaptive, dot=False), partial(adaptive, dot=True)]
@@ -262,6 +271,7 @@ def pack_adaptive(
     zones: Sequence[int] = (),
     min_nodes: int = 0,
     fill_penalty: float = 0.0,
+    rest_deadline: float | None = None,
 ) -> list[PackedNode] | None:
     """Each node becomes the candidate whose greedy fill is worth most per dollar under the dual weights
     (the value of what it holds, priced as the bound prices it), so the node shapes follow what is left.
@@ -274,7 +284,10 @@ def pack_adaptive(
 
     ``min_nodes`` is how many nodes the owners force. Owners open the types the relaxation's optimum
     buys for them, while its counts last, so those nodes come in the optimum's mix of shapes and what
-    they leave suits the types that are best for the rest."""
+    they leave suits the types that are best for the rest.
+
+    ``rest_deadline`` (default: ``deadline``) bounds the packings of the rest after the first, which
+    always finishes: when this is the packing that must finish, it still stops trying others in time."""
     left_of: dict[int, float] = {}
     budgeted: list[NodeOption] = []
     fill_cache: dict[tuple[int, tuple[tuple[int, int], ...]], list[tuple[_Shape, int]]] = {}
@@ -329,11 +342,11 @@ def pack_adaptive(
     while left and owner_first and owners:
         if time.perf_counter() > deadline:
             return None
-        while owners and not owners[0][1].items:
-            owners.pop(0)
+        owners = [o for o in owners if o[1].items]  # once a node, not in each of its fills
         if not owners:
             break
         shape, kind = owners[0]  # shapes are largest first
+        others = owners[1:]
         openers = owner_types.get(shape.vector) or opener_types(shape.vector)
         if not openers:
             return None
@@ -346,16 +359,14 @@ def pack_adaptive(
             if order is None:
                 order = _size_order(shapes, option.room)
                 owner_orders[option.index] = order
-            fixed = _fill(shapes, (), option.room, caps, left, first=(shape, kind), also=owners[1:])
+            fixed = _fill(shapes, (), option.room, caps, left, first=(shape, kind), also=others)
             key = (option.index, tuple((id(k), n) for k, n in fixed[0]))
             # The best fill found for the same node and opening stays the best while its pods are
             # still there (what is available only shrinks), so it is replayed rather than searched.
             cached = fill_cache.get(key)
             replayed = _replay(fixed, cached, option.room, caps) if cached is not None else None
             if replayed is None:
-                incumbent = _fill(
-                    shapes, order, option.room, caps, left, first=(shape, kind), also=owners[1:]
-                )
+                incumbent = _fill(shapes, order, option.room, caps, left, first=(shape, kind), also=others)
                 replayed = _fill_best(
                     shapes, option.room, caps, left, fixed, weights, incumbent, FILL_EXPANSIONS, fill_penalty
                 )
@@ -384,7 +395,16 @@ def pack_adaptive(
         # what is left (its mix of shapes is not the whole's).
         rest = sorted(i for shape in shapes for kind in shape.kinds for i in kind.items)
         if rest:
-            packed = _pack_rest(rest, vectors, memberships, caps, options, zones, len(candidates), deadline)
+            packed = _pack_rest(
+                rest,
+                vectors,
+                memberships,
+                caps,
+                options,
+                zones,
+                len(candidates),
+                min(deadline, rest_deadline if rest_deadline is not None else deadline),
+            )
             if packed is None:
                 return None
             nodes.extend(packed)
