@@ -519,16 +519,21 @@ def _fill(
                 count[cls] = 1
             if is_owner:
                 owner.add(cls)
+    # Memberships the class caps refused: counts only grow as the node fills, so they stay refused.
+    refused: set[Membership] = set()
     for shape, kind in also:
         # One each of these (other pods at most one to a node) before the rest, while they fit.
+        if kind.membership in refused:
+            continue
         if len(kind.items) - planned.get(id(kind), 0) <= 0 or not left or not kind.zones & zones:
             continue
-        if any(v > r for v, r in zip(shape.vector, residual, strict=True)):
+        if not fits(shape.vector, residual):
             continue
         if any(
             (is_owner or cls in owner) and count.get(cls, 0) + is_member > caps[cls]
             for cls, is_owner, is_member in kind.membership
         ):
+            refused.add(kind.membership)
             continue
         plan.append((kind, 1))
         planned[id(kind)] = planned.get(id(kind), 0) + 1
@@ -590,6 +595,9 @@ def _fill_dot(
     live = [s for s in shapes if any(k.items for k in s.kinds)]
     while left:
         best: tuple[float, _Shape, _Kind, int] | None = None
+        # A shape that cannot go on the node now never can: room, pods left, zones and class caps
+        # only shrink as it fills. So each step scans only the shapes the last one could still place.
+        still: list[_Shape] = []
         for shape in live:
             vector = shape.vector
             fit = left
@@ -618,7 +626,9 @@ def _fill_dot(
                     score += vector[d] * scale[d] * residual[d] * scale[d]
                 if best is None or score > best[0]:
                     best = (score, shape, kind, take)
+                still.append(shape)
                 break  # one kind per shape is enough to score the shape
+        live = still
         if best is None:
             break
         _, shape, kind, take = best
