@@ -31,8 +31,12 @@ from serverless_karpenter.deployment import (
 )
 from serverless_karpenter.interruption.rules import RULE_PATTERNS
 
-# Installs the EKS access-entry API on moto (which lacks it) before any server starts.
-from serverless_karpenter_sim import eks_access
+# Installs the EKS access-entry API on moto (which lacks it), and launch template security groups on
+# its fleets, before any server starts.
+from serverless_karpenter_sim import (
+    eks_access,
+    fleet_network,  # noqa: F401 (installed on import)
+)
 
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")

@@ -167,6 +167,23 @@ def test_al2023_template_merges_the_users_mime_with_a_nodeadm_nodeconfig(sim: Si
     assert data["ImageId"] == sim.resources.amis["amd64"]
 
 
+@pytest.mark.parametrize(
+    ("capacity_type", "interfaces"), [("on-demand", False), ("spot", False), ("spot", True)]
+)
+def test_instances_come_up_in_their_templates_security_groups(
+    sim: Simulation, capacity_type: str, interfaces: bool
+) -> None:
+    # With associatePublicIPAddress the groups are on the template's network interface, else on it.
+    extra = {"associatePublicIPAddress": False} if interfaces else {}
+    name = f"groups-{capacity_type}-{interfaces}".lower()
+    resolved = sim.plane.resolver.resolve(nodeclass(sim, name, **extra))
+    instance = sim.plane.launcher.launch(request(name, capacity_type, ["m5.large"]), resolved)
+    [reservation] = sim.ec2.describe_instances(InstanceIds=[instance.id])["Reservations"]
+    groups = [g["GroupId"] for g in reservation["Instances"][0]["SecurityGroups"]]
+    # What drift compares with the EC2NodeClass's selected groups: no SecurityGroupDrift at launch.
+    assert groups == [sim.resources.security_group_id]
+
+
 def test_al2_template_runs_bootstrap_sh_with_the_kubelet_settings(sim: Simulation) -> None:
     spec = nodeclass(
         sim, "al2", amiSelectorTerms=[{"alias": "al2@latest"}], userData=USER_SCRIPT, kubelet=KUBELET
