@@ -8,9 +8,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from serverless_karpenter.disruption.candidates import REPLACEMENT_FOR_ANNOTATION
+from serverless_karpenter.disruption.candidates import REPLACEMENT_FOR_ANNOTATION, pending_command
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.scheduling import pods as podlib
+from serverless_karpenter.termination.handoff import has_disrupted_taint
 from serverless_karpenter_cli.main import main
 from serverless_karpenter_sim.scenario import Scenario, load_scenario
 from serverless_karpenter_sim.simulation import Schedule, Simulation
@@ -25,12 +26,19 @@ class Watch:
     initialized_at: dict[str, float] = field(default_factory=dict)
     max_deleting: int = 0
     records: dict[str, NodeClaimRecord] = field(default_factory=dict)
+    # NodeClaims whose node carried karpenter.sh/disrupted while their command's replacements came up.
+    tainted_while_replacing: set[str] = field(default_factory=set)
 
     def __call__(self, sim: Simulation) -> None:
         deleting = 0
         for record in sim.plane.store.list():
             self.records[record.name] = record
             self.first_seen.setdefault(record.name, sim.elapsed)
+            command = pending_command(record) or {}
+            if command.get("stage") == "replacing" and not record.is_deleting and record.node_name:
+                node = sim.kube.get_node(record.node_name)
+                if node is not None and has_disrupted_taint(node):
+                    self.tainted_while_replacing.add(record.name)
             if record.is_deleting:
                 deleting += 1
                 self.disrupting_at.setdefault(record.name, sim.elapsed)

@@ -77,6 +77,11 @@ def test_two_underused_nodes_merge_onto_one_cheaper_node() -> None:
         assert replaced
         assert all(watch.disrupting_at[r.name] >= watch.initialized_at[replacement.name] for r in replaced)
         assert set(watch.disrupting_at) == {r.name for r in before}
+        # Nothing new landed on the replaced node meanwhile: Karpenter's disrupted taint from the
+        # replacement's launch (the other node went by a delete, which needs no replacement).
+        assert watch.tainted_while_replacing == {r.name for r in replaced}
+        # The provisioner took their pods as pending then, and found room on the replacement in flight.
+        assert set(watch.records) == {r.name for r in before} | {replacement.name}
         assert running_pods(sim) == 2
         assert sim.kube_server.audit.pdb_violations == 0
 

@@ -71,6 +71,7 @@ class Msg(StrEnum):
     INITIALIZED_NODECLAIM = "initialized nodeclaim"
     DELETED_NODECLAIM = "deleted nodeclaim"
     TAINTED_NODE = "tainted node"
+    UNTAINTED_NODE = "untainted node"
     FAILED_EVICTING_POD = "failed evicting pod"
     DELETED_NODE = "deleted node"
     DISRUPTING_NODECLAIMS = "disrupting nodeclaim(s) via {method}"

@@ -41,6 +41,7 @@ from serverless_karpenter.disruption.candidates import (
     Snapshot,
     candidates,
     expired,
+    in_command,
     observe_pod_events,
     pending_command,
 )
@@ -51,7 +52,8 @@ from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.provisioning.provisioner import Provisioner, build_templates
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
-from serverless_karpenter.termination.terminator import begin_deletion
+from serverless_karpenter.termination.handoff import has_disrupted_taint
+from serverless_karpenter.termination.terminator import begin_deletion, set_disrupted_taint
 
 LEASE_NAME = "disruption"
 LEASE_SECONDS = 120.0
@@ -67,6 +69,7 @@ class DisruptionRun:
     executed: list[str] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     replacements: list[str] = field(default_factory=list)
+    untainted: list[str] = field(default_factory=list)  # nodes whose orphaned disrupted taint was removed
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +79,7 @@ class DisruptionRun:
             "executed": self.executed,
             "aborted": self.aborted,
             "replacements": self.replacements,
+            "untainted": self.untainted,
         }
 
 
@@ -230,6 +234,38 @@ def _mark(plane: ControlPlane, records: Sequence[NodeClaimRecord], command: dict
     return ok
 
 
+def _taint(plane: ControlPlane, records: Sequence[NodeClaimRecord], present: bool) -> None:
+    for record in records:
+        if record.node_name:
+            set_disrupted_taint(plane, record.node_name, present)
+
+
+def _abandon(plane: ControlPlane, records: Sequence[NodeClaimRecord]) -> None:
+    """Drop the command from its records and let their nodes take pods again."""
+    _mark(plane, records, None)
+    _taint(plane, records, False)
+
+
+def untaint_orphans(plane: ControlPlane, snapshot: Snapshot) -> list[str]:
+    """Take the disrupted taint off nodes that no command or deletion holds any more: a pass that
+    tainted a command's candidates and then crashed, or a command dropped part-way. Only our own taint
+    on our own NodeClaims' nodes; each record is read again first, as a deletion may have begun since
+    the snapshot (the terminator taints such a node anyway)."""
+    untainted: list[str] = []
+    for record in snapshot.records:
+        node = snapshot.node(record.node_name)
+        if node is None or not has_disrupted_taint(node) or node["metadata"].get("deletionTimestamp"):
+            continue
+        if record.is_deleting or record.state == NodeClaimState.TERMINATED or in_command(record):
+            continue
+        fresh = plane.store.get(record.name)
+        if fresh is None or fresh.is_deleting or in_command(fresh):
+            continue
+        if set_disrupted_taint(plane, str(record.node_name), False):
+            untainted.append(str(record.node_name))
+    return untainted
+
+
 def _launch_replacements(
     plane: ControlPlane, snapshot: Snapshot, command: m.Command, command_id: str
 ) -> list[str]:
@@ -350,7 +386,7 @@ def validate(
             extra={"method": command["method"], "nodeclaims": expected_names, "reason": why},
         )
         emit_dimensioned(MetricName.DISRUPTION_BLOCKED, 1, {"Reason": "ValidationFailed"})
-        _mark(plane, records, None)
+        _abandon(plane, records)
         run.aborted.append(f"{command['method']}: {', '.join(expected_names)}")
         return
     if fresh.action == "delete":
@@ -363,9 +399,13 @@ def validate(
     fresh_records = _records_by_name(plane)
     current = [fresh_records[n] for n in names if n in fresh_records]
     if len(launched) != len(fresh.replacements):
-        _mark(plane, current, None)
+        _abandon(plane, current)
         run.aborted.append(f"{fresh.method}: replacement launch failed for {', '.join(fresh.names())}")
         return
+    # As Karpenter does, nothing new lands on the candidates while their replacements come up. Tainted
+    # once the replacements are in flight, so the provisioner, which takes the pods of tainted nodes
+    # as pending, finds room for them on the replacements rather than launching more.
+    _taint(plane, current, True)
     _mark(
         plane,
         current,
@@ -399,7 +439,7 @@ def finish_replacement(
             extra={"method": command["method"], "nodeclaims": command.get("candidates")},
         )
         emit_dimensioned(MetricName.DISRUPTION_BLOCKED, 1, {"Reason": "ReplacementFailed"})
-        _mark(plane, records, None)
+        _abandon(plane, records)
         run.aborted.append(f"{command['method']}: replacement failed")
         return
     if all(r is not None and r.state == NodeClaimState.INITIALIZED for r in replacements):
@@ -483,6 +523,7 @@ def run_disruption_pass(plane: ControlPlane, options: Options | None = None) -> 
     run = DisruptionRun()
     snapshot = take_snapshot(plane)
     stamp_records(plane, snapshot)
+    run.untainted = untaint_orphans(plane, snapshot)
     pool, _ = candidates(snapshot)
     expire(plane, snapshot, pool, run)
     if run.expired:

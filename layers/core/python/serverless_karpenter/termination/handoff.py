@@ -39,12 +39,13 @@ def is_reschedulable(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def has_disrupted_taint(node: Mapping[str, Any]) -> bool:
+    return any(t.get("key") == wk.DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints") or [])
+
+
 def is_node_deleting(node: Mapping[str, Any]) -> bool:
-    meta = node.get("metadata") or {}
-    if meta.get("deletionTimestamp"):
-        return True
-    taints = (node.get("spec") or {}).get("taints") or []
-    return any(t.get("key") == wk.DISRUPTED_TAINT_KEY for t in taints)
+    """Being deleted, or tainted for disruption (its replacements launching): no place for new pods."""
+    return bool((node.get("metadata") or {}).get("deletionTimestamp")) or has_disrupted_taint(node)
 
 
 def reschedulable_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -22,7 +22,11 @@ from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.scheduling import pods as podlib
-from serverless_karpenter.termination.handoff import reschedulable_pods, tolerates_disruption
+from serverless_karpenter.termination.handoff import (
+    has_disrupted_taint,
+    reschedulable_pods,
+    tolerates_disruption,
+)
 
 DISRUPTED_TAINT = {"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
@@ -94,7 +98,7 @@ def taint_for_disruption(plane: ControlPlane, node: Mapping[str, Any]) -> bool:
     name = node["metadata"]["name"]
     taints = list((node.get("spec") or {}).get("taints") or [])
     labels = (node.get("metadata") or {}).get("labels") or {}
-    tainted = any(t.get("key") == wk.DISRUPTED_TAINT_KEY for t in taints)
+    tainted = has_disrupted_taint(node)
     if tainted and labels.get(wk.EXCLUDE_FROM_LB):
         return False
     patch: dict[str, Any] = {"metadata": {"labels": {wk.EXCLUDE_FROM_LB: "karpenter"}}}
@@ -102,6 +106,21 @@ def taint_for_disruption(plane: ControlPlane, node: Mapping[str, Any]) -> bool:
         patch["spec"] = {"taints": [*taints, DISRUPTED_TAINT]}
     plane.kube.patch_node(name, patch)
     logger.info(Msg.TAINTED_NODE, extra={"node": name, "taint": f"{wk.DISRUPTED_TAINT_KEY}:NoSchedule"})
+    return True
+
+
+def set_disrupted_taint(plane: ControlPlane, node_name: str, present: bool) -> bool:
+    """Put ``karpenter.sh/disrupted:NoSchedule`` on the node, or take it off, reading the node fresh so
+    other taints are kept. The disruption pass taints its candidates while their replacements launch,
+    as Karpenter does, and untaints them when the command is abandoned. Returns whether it changed."""
+    node = plane.kube.get_node(node_name)
+    if node is None or has_disrupted_taint(node) == present:
+        return False
+    current = (node.get("spec") or {}).get("taints") or []
+    taints = [t for t in current if t.get("key") != wk.DISRUPTED_TAINT_KEY]
+    plane.kube.patch_node(node_name, {"spec": {"taints": [*taints, DISRUPTED_TAINT] if present else taints}})
+    message = Msg.TAINTED_NODE if present else Msg.UNTAINTED_NODE
+    logger.info(message, extra={"node": node_name, "taint": f"{wk.DISRUPTED_TAINT_KEY}:NoSchedule"})
     return True
 
 
