@@ -393,11 +393,15 @@ class Terminator:
                 pods = [p for p in pods if podlib.key(p) not in set(progress.force_deleted)]
         if pods:
             self._evict(record, pods, now, progress, failures)
+        # Once per node and pass, as Karpenter's FailedDraining: what the API refused or failed, else how
+        # many pods are still to go (shutting down, do-not-disrupt, in back-off, in a later group), as
+        # Karpenter's drain error says. Repeats raise the count of one Event (see record_event).
         if failures:
-            # Once per node and pass, as Karpenter's FailedDraining; "waiting" (pods shutting down,
-            # do-not-disrupt, back-off) is no failure.
             more = f" and {len(failures) - 1} more" if len(failures) > 1 else ""
             kube.record_event(node, "FailedDraining", f"Failed to drain node, {failures[0]}{more}", "Warning")
+        elif pods:
+            waiting = f"{len(pods)} pod{'s are' if len(pods) != 1 else ' is'} waiting to be evicted"
+            kube.record_event(node, "FailedDraining", f"Failed to drain node, {waiting}", "Warning")
 
     def _evict(
         self,
