@@ -46,7 +46,7 @@ CATEGORY_OF = {"crash": "lambda", "aws": "aws"}
 def fault_catalog() -> list[dict[str, Any]]:
     """One entry per kind of fault, with the options the soak draws for it."""
     return [
-        {"ec2": "insufficient-capacity", "capacity_type": "spot", "zones": ["us-east-1a"], "for": "10m"},
+        {"ec2": "insufficient-capacity", "capacity_type": "spot", "zones": ["us-east-1a"], "for": "30m"},
         {"ec2": "request-limit", "times": 3},
         {"ec2": "partial-fleet"},
         {"ec2": "lost-response"},
