@@ -40,7 +40,7 @@ DEPLOYMENTS = {"web": ("1", "1Gi"), "api": ("500m", "512Mi"), "batch": ("2", "2G
 MAX_PODS = 300
 CLIENT_TIMEOUT_SECONDS = "2"
 # Named crash points are Lambda crashes; every other fault kind is counted under its own category.
-CATEGORY_OF = {"crash": "lambda", "aws": "aws"}
+CATEGORY_OF = {"crash": "lambda"}
 
 
 def fault_catalog() -> list[dict[str, Any]]:

@@ -45,13 +45,12 @@ def run(args: argparse.Namespace) -> int:
     from serverless_karpenter.provisioning.provisioner import daemon_overhead
 
     plane: ControlPlane | None
-    unreachable = ""
     try:
         # Without the stack there is still a set-up to check: doctor says the stack is missing.
         plane = connect(args, stack_optional=True)
         cluster, region = plane.settings.cluster_name, plane.settings.aws_region
     except NoEksCluster as error:  # the checks of the stack still run; those of the cluster cannot
-        plane, cluster, region, unreachable = None, error.cluster, error.region, str(error)
+        plane, cluster, region = None, error.cluster, error.region
     except ClusterNotFound as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -64,7 +63,6 @@ def run(args: argparse.Namespace) -> int:
         probe_clients=lambda service: boto3.session.Session(region_name=region).client(  # type: ignore[call-overload]
             service, config=aws.RETRY_CONFIG.merge(Config(retries={"mode": "standard", "max_attempts": 1}))
         ),
-        unreachable=unreachable,
     )
     results = run_checks(gatherer.gather(), daemon_overhead)
     failed = [r for r in results if r.status == Status.FAIL]

@@ -233,15 +233,20 @@ def test_each_clusters_dashboard_and_alarms_select_that_cluster_only(
     """Two clusters' stacks in one account publish to one namespace: the ClusterName dimension keeps a
     heartbeat of one from satisfying the other's alarm."""
     template = synthesized.templates[cluster]
+    searches = plain_metrics = 0
     for widget in dashboard_body(template)["widgets"]:
         for entry in widget["properties"].get("metrics", []):
             options = entry[-1] if isinstance(entry[-1], dict) else {}
             if "expression" in options and NAMESPACE in options["expression"]:
                 assert f'{CLUSTER_DIMENSION}="{cluster}"' in options["expression"], options
+                searches += 1
             plain = [e for e in entry if isinstance(e, str)]
             if plain and plain[0] == NAMESPACE:
                 pairs = dict(zip(plain[2::2], plain[3::2], strict=True))
                 assert pairs[CLUSTER_DIMENSION] == cluster, entry
+                plain_metrics += 1
+    # Both forms were read: a change to the dashboard's format cannot leave this test checking nothing.
+    assert searches and plain_metrics
     alarms = [
         a["Properties"]
         for a in resources_of_type(template, "AWS::CloudWatch::Alarm").values()

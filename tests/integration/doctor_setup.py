@@ -272,11 +272,15 @@ def start_correct_setup(authentication_mode: str = API) -> Iterator[DoctorSetup]
         sim.stop()
 
 
-def run_doctor(capsys: Any) -> tuple[int, list[dict[str, str]]]:
+def run_doctor_report(capsys: Any, cluster: str = CLUSTER) -> tuple[int, dict[str, Any]]:
     from serverless_karpenter_cli.main import main
 
-    code = main(["doctor", "--cluster", CLUSTER, "--json"])
-    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    code = main(["doctor", "--cluster", cluster, "--json"])
+    return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def run_doctor(capsys: Any) -> tuple[int, list[dict[str, str]]]:
+    code, report = run_doctor_report(capsys)
     return code, report["checks"]
 
 

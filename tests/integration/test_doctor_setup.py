@@ -29,6 +29,7 @@ from tests.integration.doctor_setup import (
     lambda_zip,
     only_failure,
     run_doctor,
+    run_doctor_report,
     start_correct_setup,
     statuses,
 )
@@ -140,8 +141,7 @@ def test_undeployed_stack_from_a_fresh_process(
 
 def test_no_such_cluster(setup: DoctorSetup, fresh_process: None, capsys: pytest.CaptureFixture[str]) -> None:
     """A mistyped --cluster: no stack and no EKS cluster. Only the stack check can run."""
-    code = main(["doctor", "--cluster", "nosuch", "--json"])
-    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    code, report = run_doctor_report(capsys, "nosuch")
     assert code == 1 and report["cluster"] == "nosuch" and report["ok"] is False
     checks = report["checks"]
     failure = only_failure(checks, "stack")

@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from serverless_karpenter.adapters.state_store import ConflictError, Lease
-from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.nodepool import NodePool
@@ -49,7 +48,7 @@ from serverless_karpenter.lifecycle.launch import launch_record
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, Msg, emit_dimensioned, logger
 from serverless_karpenter.provisioning.context import ControlPlane
-from serverless_karpenter.provisioning.provisioner import Provisioner, build_templates
+from serverless_karpenter.provisioning.provisioner import Provisioner, build_templates, drift_hashes
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.termination.handoff import has_disrupted_taint
@@ -185,13 +184,11 @@ def stamp_records(plane: ControlPlane, snapshot: Snapshot) -> None:
         if record.state not in (NodeClaimState.REGISTERED, NodeClaimState.INITIALIZED):
             updated.append(record)
             continue
-        annotations = dict(record.annotations)
-        pool = snapshot.nodepools.get(record.nodepool)
-        nodeclass = snapshot.nodeclasses.get(record.nodeclass)
-        if pool is not None and wk.NODEPOOL_HASH not in annotations:
-            annotations[wk.NODEPOOL_HASH] = pool.template_hash()
-        if nodeclass is not None and wk.EC2NODECLASS_HASH not in annotations:
-            annotations[wk.EC2NODECLASS_HASH] = nodeclass.static_hash()
+        # Hashes the record already carries win: they are what it was made from.
+        hashes = drift_hashes(
+            snapshot.nodepools.get(record.nodepool), snapshot.nodeclasses.get(record.nodeclass)
+        )
+        annotations = {**hashes, **record.annotations}
         if record.node_name:
             pods = snapshot.pods_on(record.node_name)
             annotations = (
@@ -251,18 +248,24 @@ def untaint_orphans(plane: ControlPlane, snapshot: Snapshot) -> list[str]:
     tainted a command's candidates and then crashed, or a command dropped part-way. Only our own taint
     on our own NodeClaims' nodes; each record is read again first, as a deletion may have begun since
     the snapshot (the terminator taints such a node anyway)."""
+    tainted = [
+        n["metadata"]["name"]
+        for n in snapshot.nodes
+        if has_disrupted_taint(n) and not n["metadata"].get("deletionTimestamp")
+    ]
+    if not tainted:
+        return []  # every pass looks; almost every pass finds nothing
+    by_node = {r.node_name: r for r in snapshot.records if r.node_name}
     untainted: list[str] = []
-    for record in snapshot.records:
-        node = snapshot.node(record.node_name)
-        if node is None or not has_disrupted_taint(node) or node["metadata"].get("deletionTimestamp"):
-            continue
-        if record.is_deleting or record.state == NodeClaimState.TERMINATED or in_command(record):
+    for name in tainted:
+        record = by_node.get(name)
+        if record is None or record.is_deleting or in_command(record):
             continue
         fresh = plane.store.get(record.name)
         if fresh is None or fresh.is_deleting or in_command(fresh):
             continue
-        if set_disrupted_taint(plane, str(record.node_name), False):
-            untainted.append(str(record.node_name))
+        if set_disrupted_taint(plane, name, False):
+            untainted.append(name)
     return untainted
 
 

@@ -18,6 +18,7 @@ from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
 from serverless_karpenter.adapters.operator_reads import read_config_map
 from serverless_karpenter.api import labels
 from serverless_karpenter.doctor.checks import (
+    CONFIG_MAP,
     QUEUE_SETTING,
     AccessFacts,
     EventSourceFacts,
@@ -212,16 +213,14 @@ class Gatherer:
         clients: ClientFactory,
         plane: ControlPlane | None,
         probe_clients: ClientFactory | None = None,
-        unreachable: str = "",
     ) -> None:
         """``plane`` reads the cluster (Kubernetes, and EC2 as the provisioner resolves node classes); without
-        one, ``unreachable`` says why, and the checks that need the cluster are not run.
+        one the checks that need the cluster are not run.
         ``probe_clients`` make the calls an emulator may not implement; give them no retries."""
         self.cluster = cluster
         self.region = region
         self._clients = clients
         self.plane = plane
-        self.unreachable = unreachable or ("" if plane is not None else "the cluster could not be reached")
         self._probe = probe_clients or clients
         self._cache: dict[str, Any] = {}
 
@@ -260,8 +259,8 @@ class Gatherer:
         )
         if eks_cluster is None:
             facts.cluster_unavailable = f"there is no EKS cluster {self.cluster} in {self.region}"
-        elif self.plane is None:
-            facts.cluster_unavailable = self.unreachable
+        elif self.plane is None:  # the cluster exists, but this run was given no way to read it
+            facts.cluster_unavailable = "the cluster could not be reached"
         else:
             kube = self.plane.kube
             nodeclass_specs = kube.list_ec2nodeclasses()
@@ -361,10 +360,11 @@ class Gatherer:
             attributes=dict(attributes),
             policy=_policy(attributes.get("Policy")),
             kms_key=self.kms_key(key_id) if key_id else None,
-            consumer=self.queue_consumer(function) if function else None,
+            consumer=self.queue_consumer(function, url) if function else None,
         )
 
-    def queue_consumer(self, function: str) -> QueueConsumerFacts | None:
+    def queue_consumer(self, function: str, queue_url: str) -> QueueConsumerFacts | None:
+        """How ``function`` reads the interruption queue at ``queue_url`` (known to exist)."""
         lambda_ = self.client("lambda")
         try:
             configuration = lambda_.get_function_configuration(FunctionName=function)
@@ -379,10 +379,12 @@ class Gatherer:
             for m in page["EventSourceMappings"]
             if ":sqs:" in str(m.get("EventSourceArn", ""))
         ]
+        # The queue the stack names is known to exist; only another one needs a look.
+        exists = configured == queue_url or (bool(configured) and self._queue_exists(str(configured)))
         return QueueConsumerFacts(
             function=function,
             configured_url=configured,
-            configured_exists=bool(configured) and self._queue_exists(str(configured)),
+            configured_exists=exists,
             event_sources=sources,
         )
 
@@ -502,7 +504,7 @@ class Gatherer:
             # A CONFIG_MAP cluster has no access entries, and EKS refuses to list them.
             pages = (
                 []
-                if mode == "CONFIG_MAP"
+                if mode == CONFIG_MAP
                 else eks.get_paginator("list_access_entries").paginate(clusterName=self.cluster)
             )
             for page in pages:

@@ -152,8 +152,6 @@ class LifecycleReconciler:
         plane.launcher.last_template_sweep = now
         in_use: set[str] = set()
         for record in plane.store.list_live():
-            if record.state == NodeClaimState.TERMINATED:
-                continue
             if record.launch_template_name:
                 in_use.add(record.launch_template_name)
             # A launched claim used the template it recorded; only one still to launch (or retry) may
@@ -182,8 +180,6 @@ class LifecycleReconciler:
         plane = self.plane
         now = plane.clock.now()
         settings = plane.settings
-        if record.state == NodeClaimState.TERMINATED:
-            return
         if record.state == NodeClaimState.PENDING:
             instance = instances_by_claim.get(record.name)
             if instance is not None:
@@ -323,7 +319,7 @@ class LifecycleReconciler:
         """Terminate our tagged instances that have had no live record for the grace period."""
         plane = self.plane
         now = plane.clock.now()
-        live = {r.name for r in records if r.state != NodeClaimState.TERMINATED}
+        live = {r.name for r in records}  # list_live: no Terminated record
         grace = timedelta(seconds=plane.settings.garbage_collection_grace_seconds)
         orphans = [
             i

@@ -465,7 +465,7 @@ class Provisioner:
         return outcome
 
     def create_record(
-        self, claim: NewNodeClaim, nodepool: NodePool | None = None, nodeclass: EC2NodeClass | None = None
+        self, claim: NewNodeClaim, nodepool: NodePool | None, nodeclass: EC2NodeClass | None
     ) -> NodeClaimRecord | None:
         """Write the record of a new NodeClaim, before any launch. Like Karpenter's NodeClaim it carries
         what its NodePool and EC2NodeClass said when it was made (see :func:`from_templates`)."""
@@ -528,18 +528,25 @@ def from_templates(nodepool: NodePool | None, nodeclass: EC2NodeClass | None) ->
     terminationGracePeriod (a later NodePool edit changes the hash, so old nodes drift, rather than
     reaching back into their lifetime), and the NodePool and EC2NodeClass hashes drift compares with."""
     fields: dict[str, Any] = {}
-    annotations: dict[str, str] = {}
     if nodepool is not None:
         expire_after = nodepool.expire_after_timedelta()
         grace = nodepool.termination_grace_period_timedelta()
         fields["expire_after_seconds"] = expire_after.total_seconds() if expire_after is not None else None
         fields["termination_grace_period_seconds"] = grace.total_seconds() if grace is not None else None
-        annotations[wk.NODEPOOL_HASH] = nodepool.template_hash()
-    if nodeclass is not None:
-        annotations[wk.EC2NODECLASS_HASH] = nodeclass.static_hash()
+    annotations = drift_hashes(nodepool, nodeclass)
     if annotations:
         fields["annotations"] = annotations
     return fields
+
+
+def drift_hashes(nodepool: NodePool | None, nodeclass: EC2NodeClass | None) -> dict[str, str]:
+    """The NodePool and EC2NodeClass hashes a NodeClaim carries, for drift to compare with."""
+    hashes: dict[str, str] = {}
+    if nodepool is not None:
+        hashes[wk.NODEPOOL_HASH] = nodepool.template_hash()
+    if nodeclass is not None:
+        hashes[wk.EC2NODECLASS_HASH] = nodeclass.static_hash()
+    return hashes
 
 
 def parsed_templates(

@@ -384,6 +384,12 @@ class _TopologyMemo:
             return None
         return _TopologyMemo(tuple(sorted({g.key for g in groups})))
 
+    def get(self, entry: _Claim) -> Requirements | str | None:
+        return self.results.get(entry.domains(self.keys))
+
+    def put(self, entry: _Claim, verdict: Requirements | str) -> None:
+        self.results[entry.domains(self.keys)] = verdict
+
 
 @dataclass(eq=False)
 class _Existing:
@@ -631,8 +637,8 @@ class Scheduler:
 
     def _try_claim(self, entry: _Claim, state: PodState, memo: _TopologyMemo | None = None) -> str | None:
         claim = entry.claim
-        domains = entry.domains(memo.keys) if memo is not None else None
-        if domains is not None and isinstance(memo.results.get(domains), str):  # type: ignore[union-attr]
+        known = memo.get(entry) if memo is not None else None
+        if isinstance(known, str):
             return "topology"
         taint = untolerated(
             state.tolerations, claim.taints, include_prefer_no_schedule=not state.tolerate_prefer_no_schedule
@@ -648,13 +654,11 @@ class Scheduler:
             return "requirements"
         merged = claim.requirements.merged(node_requirements)
         if state.topology_groups():
-            known = memo.results.get(domains) if memo is not None and domains is not None else None
-            if known is not None:
-                narrowed = known
-            else:
-                narrowed = self._topology(state, merged, merged, entry.hostname_requirement(), explain=False)
-                if memo is not None and domains is not None:
-                    memo.results[domains] = narrowed
+            if known is None:
+                known = self._topology(state, merged, merged, entry.hostname_requirement(), explain=False)
+                if memo is not None:
+                    memo.put(entry, known)
+            narrowed = known
             if isinstance(narrowed, str):
                 return "topology"
             if len(narrowed):

@@ -38,7 +38,6 @@ from serverless_karpenter.scheduling.scheduler import (
     NewNodeClaim,
     NodePoolTemplate,
     SchedulingResult,
-    choose_offering,
     instance_type_mismatch,
     offering_allowed,
     offering_filter,
@@ -75,13 +74,14 @@ def default_budget(pods: int) -> float:
 
 
 def claim_cost(claim: NewNodeClaim) -> float:
-    chosen = choose_offering(claim)
-    return chosen.price if chosen is not None else 0.0
+    """The $/h of what CreateFleet would buy for the claim (as ``choose_offering``)."""
+    return _claim_costs([claim])[id(claim)]
 
 
 def _claim_costs(claims: Sequence[NewNodeClaim]) -> dict[int, float]:
     """``claim_cost`` of each claim (by id), with what CreateFleet would buy of each type worked out once
-    per zone and capacity-type rule: the scheduler's claims share a few of those and many types."""
+    per zone and capacity-type rule: the scheduler's claims share a few of those and many types. The
+    choice is ``choose_offering``'s: the preferred capacity type, then the price, then the type name."""
     by_rule: dict[tuple[Requirement, Requirement], dict[int, tuple[int, float] | None]] = {}
     out: dict[int, float] = {}
     for claim in claims:

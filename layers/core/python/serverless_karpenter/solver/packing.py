@@ -403,7 +403,7 @@ def pack_adaptive(
                 options,
                 zones,
                 len(candidates),
-                min(deadline, rest_deadline if rest_deadline is not None else deadline),
+                deadline if rest_deadline is None else min(deadline, rest_deadline),
             )
             if packed is None:
                 return None
