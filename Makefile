@@ -8,14 +8,42 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 PYTEST_WORKERS ?= 2
 
-.PHONY: install demo demo-keep demo-stop test lint typecheck unit clean
+.PHONY: install lock upgrade layer-requirements demo demo-keep demo-stop test lint typecheck unit clean
 .DEFAULT_GOAL := demo
 
-$(STAMP): pyproject.toml
+# Every install comes from uv.lock, so a clean checkout builds the same thing today and next year. uv
+# itself is bootstrapped at the version the lock pins (uv is a dev dependency), and `uv sync --locked`
+# then makes the venv exactly the lock: what it does not list (pip included) is removed.
+UV := $(BIN)/uv
+LOCKED_UV_VERSION = $(shell $(PYTHON) -c "import tomllib; print(next(p['version'] for p in tomllib.load(open('uv.lock', 'rb'))['package'] if p['name'] == 'uv'))")
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+LAYER_REQUIREMENTS := layers/dependencies/requirements.txt
+
+$(UV):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check 'uv==$(LOCKED_UV_VERSION)'
+
+$(STAMP): pyproject.toml uv.lock | $(UV)
+	@$(UV) lock --check --quiet --offline 2>/dev/null || $(UV) lock --check --quiet || { \
+		echo "uv.lock does not match pyproject.toml: run 'make lock' to re-lock, then 'make test'." >&2; exit 1; }
+	$(UV) sync --locked --all-extras --quiet --python $(BIN)/python
 	touch $(STAMP)
+
+# Re-resolves only what pyproject.toml changed; the layer's requirements are exported from the same lock.
+lock: | $(UV)
+	$(UV) lock
+	$(MAKE) --no-print-directory layer-requirements
+
+# Moves every dependency to its newest allowed version; then run `make test`.
+upgrade: | $(UV)
+	$(UV) lock --upgrade
+	$(MAKE) --no-print-directory layer-requirements
+
+# The dependency layer's pins: the runtime dependencies of uv.lock, with their hashes (no extras, no dev).
+layer-requirements: | $(UV)
+	{ echo "# Generated from uv.lock by \`make lock\`: the dependency layer's runtime packages. Do not edit."; \
+	  $(UV) export --frozen --no-dev --no-emit-project --no-header --quiet --format requirements-txt; \
+	} > $(LAYER_REQUIREMENTS)
 
 install: $(STAMP)
 

@@ -1,21 +1,28 @@
 #!/usr/bin/env python3
-"""Build the dependency Lambda layer: pip-install the runtime dependencies for Python 3.12 on arm64, trim
+"""Build the dependency Lambda layer: install the locked runtime dependencies for Python 3.12 on arm64, trim
 what Lambda does not need, measure the result and refuse to exceed Lambda's size limit.
 
     python layers/dependencies/build.py           # build if requirements.txt changed since the last build
     python layers/dependencies/build.py --force   # rebuild unconditionally
     python layers/dependencies/build.py --check   # only measure the existing build
 
+requirements.txt is exported from uv.lock by `make lock` (every runtime package with its version and
+hashes), so the layer ships exactly what the tests run. uv installs it for the Lambda's platform, so
+environment markers are evaluated for Python 3.12 on aarch64 Linux, not for the machine that builds.
+The install tries uv's cache first, so a second clone on the same machine builds offline; only the
+first build needs the package registry.
+
 The output, ``layers/dependencies/python/``, is a build artefact (git-ignored). It carries a stamp with
 the hash of requirements.txt and of this script, so a changed pin or trimming rule triggers a rebuild and
-an unchanged one is reused. Only the standard library is used here: CI runs this before anything else is
-installed, and the CDK app imports it to build the layer on demand.
+an unchanged one is reused. Only the standard library and the uv binary are used here: the CDK app
+imports this module to build the layer on demand.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -29,9 +36,9 @@ TARGET = LAYER_DIR / "python"
 STAMP_NAME = ".build-stamp"
 
 PYTHON_VERSION = "3.12"
-# manylinux2014 is glibc 2.17; Lambda's Python 3.12 runtime (Amazon Linux 2023, glibc 2.34) also runs
-# manylinux_2_28 wheels, which some projects publish instead.
-PLATFORMS = ("manylinux2014_aarch64", "manylinux_2_28_aarch64")
+# Lambda's Python 3.12 runtime is Amazon Linux 2023 (glibc 2.34) on arm64: it runs every manylinux wheel
+# up to manylinux_2_34 (manylinux2014 is glibc 2.17).
+PLATFORM = "aarch64-manylinux_2_34"
 
 # Lambda's limit for a function plus all its layers, unzipped.
 UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
@@ -79,7 +86,7 @@ def fingerprint() -> str:
     digest = hashlib.sha256()
     for source in (REQUIREMENTS, Path(__file__).resolve()):
         digest.update(source.read_bytes())
-    digest.update(" ".join((PYTHON_VERSION, *PLATFORMS)).encode())
+    digest.update(" ".join((PYTHON_VERSION, PLATFORM)).encode())
     return digest.hexdigest()
 
 
@@ -157,28 +164,42 @@ def prune(site: Path) -> None:
         compiled.unlink()
 
 
-def pip_install(destination: Path, requirements: Path = REQUIREMENTS) -> None:
+def uv_binary() -> str:
+    """The uv that installed the project (beside this interpreter), else $UV, else the PATH's."""
+    beside = Path(sys.executable).with_name("uv")
+    found = os.environ.get("UV") or (str(beside) if beside.is_file() else shutil.which("uv"))
+    if not found:
+        raise SystemExit("uv not found: run `make install` first (uv comes from uv.lock)")
+    return found
+
+
+def locked_install(destination: Path, requirements: Path = REQUIREMENTS) -> None:
+    """Install exactly the pinned, hashed requirements for the Lambda platform: from uv's cache when it
+    holds them all (no network), else from the registry."""
     command = [
-        sys.executable,
-        "-m",
+        uv_binary(),
         "pip",
         "install",
-        *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
-        "--implementation",
-        "cp",
-        "--python-version",
-        PYTHON_VERSION,
-        "--only-binary=:all:",
-        "--no-compile",
-        "--no-warn-conflicts",
-        "--disable-pip-version-check",
         "--quiet",
         "--target",
         str(destination),
+        "--python-platform",
+        PLATFORM,
+        "--python-version",
+        PYTHON_VERSION,
+        "--only-binary",
+        ":all:",
+        # requirements.txt is the lock's whole closure: nothing may be resolved anew.
+        "--no-deps",
+        "--require-hashes",
+        "--no-compile",
         "--requirement",
         str(requirements),
     ]
-    subprocess.run(command, check=True)
+    cached = subprocess.run([*command, "--offline"], check=False, capture_output=True)
+    if cached.returncode != 0:
+        _remove(destination)
+        subprocess.run(command, check=True)
 
 
 def check_size(size_bytes: int, limit_bytes: int = UNZIPPED_LIMIT_BYTES) -> None:
@@ -195,7 +216,7 @@ def build(force: bool = False, target: Path = TARGET) -> BuildResult:
         return BuildResult(target, directory_size(target), rebuilt=False)
     staging = target.with_name(target.name + ".partial")
     _remove(staging)
-    pip_install(staging)
+    locked_install(staging)
     drop_distributions(staging, DROPPED_DISTRIBUTIONS)
     prune(staging)
     size = directory_size(staging)

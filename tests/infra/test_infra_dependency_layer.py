@@ -1,13 +1,15 @@
 """The dependency layer: build.py's trimming and size check, and requirements.txt against what the code
-imports, pyproject.toml and the versions the tests run with."""
+imports, pyproject.toml and uv.lock (which the tests' environment is installed from)."""
 
 from __future__ import annotations
 
 import ast
 import importlib.metadata
 import re
+import subprocess
 import sys
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -26,17 +28,52 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+LAYER_REQUIREMENTS = REPO / "layers" / "dependencies" / "requirements.txt"
+
+
 def requirements() -> dict[str, str]:
-    """Normalized distribution name -> pinned version."""
+    """Normalized distribution name -> pinned version, for each requirement (with its hashes) of the layer."""
     pins: dict[str, str] = {}
-    for raw in (REPO / "layers" / "dependencies" / "requirements.txt").read_text().splitlines():
+    # A requirement continues over backslash-ended lines with its --hash options.
+    text = LAYER_REQUIREMENTS.read_text().replace("\\\n", " ")
+    for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        match = re.fullmatch(r"([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([^\s;]+)", line)
-        assert match, f"unpinned requirement {line!r}"
+        match = re.fullmatch(
+            r"([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([^\s;]+)(\s*;[^-]*)?((\s+--hash=sha256:[0-9a-f]{64})+)", line
+        )
+        assert match, f"requirement not pinned with its hashes: {line!r}"
         pins[normalize(match[1])] = match[3]
     return pins
+
+
+def lock() -> dict[str, dict]:
+    """uv.lock's packages by normalized name."""
+    packages = tomllib.loads((REPO / "uv.lock").read_text())["package"]
+    return {normalize(package["name"]): package for package in packages}
+
+
+def runtime_closure(packages: dict[str, dict]) -> set[str]:
+    """Every package the project's runtime dependencies pull in, extras followed, markers ignored (so a
+    superset of what one platform installs, which is what a universal export lists)."""
+    found: set[str] = set()
+
+    def visit(dependencies: Iterable[dict]) -> None:
+        for dependency in dependencies:
+            name = normalize(dependency["name"])
+            extras = dependency.get("extra", [])
+            key = f"{name}[{','.join(sorted(extras))}]"
+            if key in found:
+                continue
+            found.add(key)
+            package = packages[name]
+            visit(package.get("dependencies", []))
+            for extra in extras:
+                visit(package.get("optional-dependencies", {}).get(extra, []))
+
+    visit(packages["serverless-karpenter"]["dependencies"])
+    return {key.split("[", 1)[0] for key in found}
 
 
 def runtime_imports() -> dict[str, Path]:
@@ -166,18 +203,48 @@ def test_every_third_party_import_of_the_lambda_code_is_a_requirement() -> None:
         )
 
 
-def test_requirements_cover_pyproject_runtime_dependencies_and_pin_the_tested_versions() -> None:
+def test_requirements_cover_pyproject_runtime_dependencies() -> None:
     pins = requirements()
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["dependencies"]
     for dependency in project["dependencies"]:
         name = normalize(re.split(r"[\[<>=!~; ]", dependency, maxsplit=1)[0])
-        if name in PROVIDED_BY_RUNTIME:
-            continue
         assert name in pins, f"{name} is a runtime dependency in pyproject.toml but not in requirements.txt"
+
+
+def test_layer_requirements_are_the_locks_runtime_packages_at_the_locked_versions() -> None:
+    # The tests run what uv.lock pins (`make install` is `uv sync --locked`), so equal pins mean the layer
+    # ships what was tested, whatever the registry has published since.
+    packages = lock()
+    pins = requirements()
+    assert set(pins) == runtime_closure(packages), "requirements.txt is stale: run `make lock`"
     for name, version in pins.items():
-        assert importlib.metadata.version(name) == version, (
-            f"tests run {name} {importlib.metadata.version(name)}"
+        assert packages[name]["version"] == version, (
+            f"requirements.txt pins {name} {version}, uv.lock {packages[name]['version']}: run `make lock`"
         )
+
+
+def test_layer_requirements_are_exactly_what_make_lock_exports() -> None:
+    exported = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("uv")),
+            "export",
+            "--frozen",
+            "--no-dev",
+            "--no-emit-project",
+            "--no-header",
+            "--quiet",
+            "--format",
+            "requirements-txt",
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    header, committed = LAYER_REQUIREMENTS.read_text().split("\n", 1)
+    assert header.startswith("# Generated from uv.lock by `make lock`")
+    assert committed == exported, "requirements.txt differs from uv.lock's export: run `make lock`"
 
 
 def test_built_layer_has_every_imported_module_and_no_runtime_provided_sdk(synthesized: Synthesized) -> None:
