@@ -261,12 +261,16 @@ class SimulatedCloud:
         )
 
         # EKS publishes its optimized AMIs as public SSM parameters; moto has the images but not those.
-        images = ec2.describe_images(Owners=["amazon"])["Images"]
         by_arch = {"amd64": "x86_64", "arm64": "arm64"}
         for arch, ec2_arch in by_arch.items():
-            image = next(
-                i for i in images if i.get("Architecture") == ec2_arch and i["Name"].startswith("amzn2")
-            )
+            # Filtered in EC2: moto holds 1,301 Amazon images, and describing them all costs seconds.
+            image = ec2.describe_images(
+                Owners=["amazon"],
+                Filters=[
+                    {"Name": "name", "Values": ["amzn2*"]},
+                    {"Name": "architecture", "Values": [ec2_arch]},
+                ],
+            )["Images"][0]
             res.amis[arch] = image["ImageId"]
             for family in ("al2023", "al2", "bottlerocket"):
                 parameter = amifamily.ssm_parameter_for_alias(family, "latest", KUBERNETES_VERSION, arch)

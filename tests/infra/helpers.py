@@ -41,11 +41,17 @@ def policy_documents(template: dict[str, Any]) -> Iterator[tuple[str, str, dict[
             yield logical_id, "resource", properties["KeyPolicy"]
 
 
-def statements(template: dict[str, Any], kind: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-    for logical_id, document_kind, document in policy_documents(template):
-        if kind is None or document_kind == kind:
-            for statement in document["Statement"]:
-                yield logical_id, statement
+def statements(template: dict[str, Any], kind: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Every policy statement of the template (of one ``kind``: identity, trust, resource), never none: a
+    security check that loops over no statement would pass whatever the stack grants."""
+    found = [
+        (logical_id, statement)
+        for logical_id, document_kind, document in policy_documents(template)
+        if kind is None or document_kind == kind
+        for statement in document["Statement"]
+    ]
+    assert found, f"the template has no {kind or ''} policy statement: the check would test nothing"
+    return found
 
 
 def render(value: Any) -> str:
@@ -73,4 +79,5 @@ def identity_statements_of_role(template: dict[str, Any], role_logical_id: str) 
         roles = [r["Ref"] for r in resource["Properties"].get("Roles", [])]
         if role_logical_id in roles:
             found.extend(resource["Properties"]["PolicyDocument"]["Statement"])
+    assert found, f"role {role_logical_id} has no identity policy statement: the check would test nothing"
     return found

@@ -11,46 +11,6 @@ import yaml
 from serverless_karpenter_sim.scenario import load_scenario
 from serverless_karpenter_sim.simulation import Simulation
 
-DEFAULT = load_scenario("default")
-
-
-def nodepool(name: str = "default", **spec: Any) -> dict[str, Any]:
-    base = DEFAULT.manifests[0]
-    manifest = {**base, "metadata": {"name": name}, "spec": {**base["spec"], **spec}}
-    return manifest
-
-
-def nodeclass() -> dict[str, Any]:
-    return DEFAULT.manifests[1]
-
-
-def deployment(
-    name: str, replicas: int, cpu: str = "1", memory: str = "1Gi", **pod_spec: Any
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": "pause",
-                            "resources": {"requests": {"cpu": cpu, "memory": memory}},
-                        }
-                    ],
-                    **pod_spec,
-                },
-            },
-        },
-    }
-
 
 def write_scenario(tmp_path: Path, scenario: dict[str, Any]) -> Path:
     path = tmp_path / f"{scenario['name']}.yaml"

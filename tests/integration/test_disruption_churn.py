@@ -9,8 +9,8 @@ import pytest
 from serverless_karpenter.disruption.candidates import COMMAND_ANNOTATION
 from serverless_karpenter_sim.scenario import Scenario
 
+from tests.builders import deployment
 from tests.integration.disruption_helpers import active, explain, running, running_pods, scenario
-from tests.integration.simulate import deployment
 
 pytestmark = pytest.mark.integration
 

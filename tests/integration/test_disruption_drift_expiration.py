@@ -19,10 +19,11 @@ def test_new_ami_for_the_alias_replaces_every_node_within_the_budget(monkeypatch
         original = {r.name: r for r in active(sim)}
         assert len(original) >= 2
         old_ami = next(iter(original.values())).image_id
-        images = sim.ec2.describe_images(Owners=["amazon"])["Images"]
-        new_ami = next(
-            i["ImageId"] for i in images if i.get("Architecture") == "x86_64" and i["ImageId"] != old_ami
-        )
+        images = sim.ec2.describe_images(
+            Owners=["amazon"],
+            Filters=[{"Name": "name", "Values": ["amzn2*"]}, {"Name": "architecture", "Values": ["x86_64"]}],
+        )["Images"]
+        new_ami = next(i["ImageId"] for i in images if i["ImageId"] != old_ami)
         parameter = amifamily.ssm_parameter_for_alias("al2023", "latest", KUBERNETES_VERSION, "amd64")
         sim.cloud.publish_public_parameter(parameter, new_ami)
         published_at = sim.elapsed

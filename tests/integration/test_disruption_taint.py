@@ -13,7 +13,8 @@ from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.termination.handoff import has_disrupted_taint
 from serverless_karpenter_sim.simulation import Simulation
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import simulation
 
 pytestmark = pytest.mark.integration
 

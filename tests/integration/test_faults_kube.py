@@ -18,7 +18,8 @@ from serverless_karpenter.adapters.kubernetes import CONNECT_TIMEOUT_ENV, READ_T
 from serverless_karpenter_sim.scenario import load_scenario
 from serverless_karpenter_sim.simulation import Schedule, Simulation
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, run_checked, write_scenario
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import run_checked, write_scenario
 
 pytestmark = pytest.mark.integration
 

@@ -20,6 +20,8 @@ from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.clock import ManualClock
 from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
 
+from tests import builders
+
 pytestmark = pytest.mark.integration
 
 KARPENTER = ("karpenter.sh", "v1", "nodepools")
@@ -62,11 +64,8 @@ def status_of(err: ApiException) -> dict[str, Any]:
     return body
 
 
-def pod(name: str, **labels: str) -> client.V1Pod:
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, labels=labels or None),
-        spec=client.V1PodSpec(containers=[client.V1Container(name="app", image="nginx")]),
-    )
+def pod(name: str, **labels: str) -> dict[str, Any]:
+    return builders.pod(name, None, None, namespace=None, labels=labels)
 
 
 def deployment(name: str, replicas: int = 1) -> client.V1Deployment:

@@ -425,6 +425,20 @@ def test_always_allow_policy_lets_unhealthy_pods_go(kube: Kube) -> None:
         ),
     )
     evict(kube, "sick")
+    # Evicted, though 0 of 5 pods are healthy: the unready pod is deleted gracefully, with no breach.
+    evicted = kube.core.read_namespaced_pod("sick", "default")
+    assert evicted.metadata.deletion_timestamp == kube.clock.now() + timedelta(seconds=30)
+    assert kube.server.audit.pdb_violations == 0
+
+
+def test_if_healthy_budget_policy_keeps_unhealthy_pods_while_the_budget_is_short(kube: Kube) -> None:
+    # The default policy (IfHealthyBudget) the test above overrides: the same eviction is refused.
+    add_pod(kube, "sick", ready=False)
+    add_pdb(kube, min_available=5)
+    with pytest.raises(ApiException) as err:
+        evict(kube, "sick")
+    assert err.value.status == 429
+    assert kube.core.read_namespaced_pod("sick", "default").metadata.deletion_timestamp is None
 
 
 def test_pending_pods_bypass_budgets(kube: Kube) -> None:
@@ -448,8 +462,13 @@ def test_a_pod_under_two_budgets_cannot_be_evicted(kube: Kube) -> None:
 
 def test_budgets_only_cover_matching_pods(kube: Kube) -> None:
     add_pod(kube, "other", labels={"app": "other"})
+    add_pod(kube, "web-0")
     add_pdb(kube, min_available=1)
-    evict(kube, "other")
+    evict(kube, "other")  # no budget selects it: evicted although the budget has no room
+    assert kube.core.read_namespaced_pod("other", "default").metadata.deletion_timestamp is not None
+    with pytest.raises(ApiException) as err:
+        evict(kube, "web-0")  # the budget's own pod: 1 healthy of 1 required
+    assert err.value.status == 429
 
 
 def test_direct_deletes_that_break_a_budget_are_audited(kube: Kube) -> None:

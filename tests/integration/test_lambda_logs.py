@@ -11,7 +11,8 @@ from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter.observability import CLUSTER_DIMENSION, SERVICE, Msg, logger
 from serverless_karpenter.observability import metrics as powertools_metrics
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import simulation
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ from serverless_karpenter.provisioning.usecases import LEASE_NAME, ProvisionerRu
 from serverless_karpenter.runtime import build_control_plane
 from serverless_karpenter.scheduling import pods as podlib
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import simulation
 
 pytestmark = pytest.mark.integration
 

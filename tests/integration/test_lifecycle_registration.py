@@ -18,7 +18,8 @@ from serverless_karpenter.lifecycle.reconciler import LifecycleReconciler
 from serverless_karpenter_sim.cloud import ZONES
 from serverless_karpenter_sim.simulation import Simulation
 
-from tests.integration.simulate import nodeclass, nodepool, simulation
+from tests.builders import nodeclass, nodepool
+from tests.integration.simulate import simulation
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,9 @@ from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter.provisioning.provisioner import Provisioner
 from serverless_karpenter_sim.simulation import Simulation
 
+from tests.builders import deployment, nodeclass, nodepool
 from tests.integration.interruption_helpers import SpotInterruption, spot_interruption_simulation
-from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
+from tests.integration.simulate import simulation
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,8 @@ from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling.requirements import Requirements
 from serverless_karpenter_cli.main import main
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import simulation
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog._data import read_package_json
 from serverless_karpenter_cli.main import main
 
-from tests.integration.simulate import deployment, nodeclass, nodepool
+from tests.builders import deployment, nodeclass, nodepool
 
 NODECLAIM_KEYS = {
     "nodepool",

@@ -22,6 +22,8 @@ from serverless_karpenter_sim.cluster import (
 from serverless_karpenter_sim.cluster.objects import KubeRest
 from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
 
+from tests import builders
+
 pytestmark = pytest.mark.integration
 
 _PLURALS = {
@@ -128,24 +130,8 @@ def sim() -> Iterator[Sim]:
 
 
 def deployment(name: str, replicas: int, cpu: str = "1", **pod_spec: Any) -> Obj:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu}}}
-                    ],
-                    **pod_spec,
-                },
-            },
-        },
-    }
+    """Pods requesting only cpu, and deleted at once (no grace period set)."""
+    return builders.deployment(name, replicas, cpu, None, grace_seconds=None, **pod_spec)
 
 
 def scheduled_condition(pod: Obj) -> Obj | None:

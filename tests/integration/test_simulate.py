@@ -12,7 +12,8 @@ from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter_cli.main import main
 from serverless_karpenter_sim.simulation import Simulation
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, simulation, write_scenario
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import simulation, write_scenario
 
 pytestmark = pytest.mark.integration
 

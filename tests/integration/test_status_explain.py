@@ -12,7 +12,8 @@ from serverless_karpenter_cli.main import main
 from serverless_karpenter_cli.status import age
 from serverless_karpenter_sim.simulation import Simulation
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import simulation
 
 pytestmark = pytest.mark.integration
 

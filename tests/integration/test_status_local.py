@@ -13,7 +13,8 @@ from serverless_karpenter_cli.connection import LOCAL_ENV, read_local_env, write
 from serverless_karpenter_cli.main import main
 from serverless_karpenter_sim.simulation import keep_environment
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import simulation
 
 pytestmark = pytest.mark.integration
 

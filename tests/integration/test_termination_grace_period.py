@@ -12,7 +12,8 @@ from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter_sim.simulation import Simulation
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, run_checked, simulation
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import run_checked, simulation
 
 pytestmark = pytest.mark.integration
 

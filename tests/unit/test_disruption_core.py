@@ -31,6 +31,8 @@ from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.scheduling.requirements import Requirements
 from serverless_karpenter.scheduling.scheduler import NewNodeClaim, NodePoolTemplate, nodepool_requirements
 
+from tests import builders
+
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday
 GI = 1 << 30
 
@@ -130,30 +132,24 @@ def record(
 
 
 def node(rec: NodeClaimRecord, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """The Node of ``rec``, as its kubelet registered it and our registration labelled it."""
     it = next(t for t in TYPES + EXTRA if t.name == rec.instance_type)
-    return {
-        "metadata": {
-            "name": rec.node_name,
-            "labels": {
-                wk.NODEPOOL: rec.nodepool,
-                wk.INSTANCE_TYPE: it.name,
-                wk.CAPACITY_TYPE: rec.capacity_type,
-                wk.ZONE: "zone-a",
-                wk.ARCH: "amd64",
-                wk.OS: "linux",
-                wk.HOSTNAME: rec.node_name,
-            },
-            "annotations": annotations or {},
+    return builders.node(
+        rec.node_name,
+        f"{it.allocatable['cpu']}m",
+        str(it.allocatable["memory"]),
+        zone="zone-a",
+        labels={
+            wk.NODEPOOL: rec.nodepool,
+            wk.INSTANCE_TYPE: it.name,
+            wk.CAPACITY_TYPE: rec.capacity_type,
+            wk.ARCH: "amd64",
+            wk.OS: "linux",
         },
-        "spec": {"providerID": f"aws:///zone-a/{rec.instance_id}"},
-        "status": {
-            "allocatable": {
-                "cpu": f"{it.allocatable['cpu']}m",
-                "memory": str(it.allocatable["memory"]),
-                "pods": "110",
-            }
-        },
-    }
+        annotations=annotations or {},
+        provider_id=f"aws:///zone-a/{rec.instance_id}",
+        ready=None,
+    )
 
 
 EXTRA: list[FakeType] = []
@@ -169,25 +165,18 @@ def pod(
     labels: dict[str, str] | None = None,
     started: datetime | None = None,
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": "default",
-        "labels": labels or {"app": "web"},
-        "annotations": annotations or {},
-    }
-    if owner:
-        meta["ownerReferences"] = [{"kind": owner, "name": "x", "controller": True}]
-    return {
-        "metadata": meta,
-        "spec": {
-            "nodeName": on.node_name if on else None,
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}],
-        },
-        "status": {
-            "phase": "Running",
-            "startTime": (started or NOW - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        },
-    }
+    """A Running pod of a workload (``owner``), bound to ``on``'s node."""
+    return builders.pod(
+        name,
+        cpu,
+        "256Mi",
+        node=on.node_name if on else None,
+        phase="Running",
+        owner=owner,
+        labels=labels or {"app": "web"},
+        annotations=annotations or {},
+        started=started or NOW - timedelta(hours=1),
+    )
 
 
 def snapshot(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from serverless_karpenter.api import labels as wk
@@ -22,21 +23,14 @@ from serverless_karpenter.scheduling.scheduler import (
 )
 from serverless_karpenter.scheduling.taints import Taint
 
+from tests import builders
+
 GI = 1 << 30
 
 
-def pod(name: str, cpu: str = "1", memory: str = "1Gi", **spec: object) -> dict:
-    return {
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
-            **spec,
-        },
-        "status": {
-            "phase": "Pending",
-            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
-        },
-    }
+def pod(name: str, cpu: str = "1", memory: str = "1Gi", **fields: Any) -> dict[str, Any]:
+    """A pending pod the scheduler marked unschedulable, as the watcher finds it."""
+    return builders.pod(name, cpu, memory, unschedulable=True, **fields)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ from serverless_karpenter.scheduling.scheduler import (
 )
 from serverless_karpenter.scheduling.volumes import VolumeIndex
 
+from tests.builders import pod
+
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 GI = 1 << 30
 
@@ -85,32 +87,6 @@ def pool(
         overhead or {},
         remaining,
     )
-
-
-def pod(
-    name: str,
-    cpu: str = "1",
-    memory: str = "1Gi",
-    *,
-    labels: dict[str, str] | None = None,
-    namespace: str = "default",
-    extra: dict[str, str] | None = None,
-    ports: Sequence[int] = (),
-    **spec: Any,
-) -> dict[str, Any]:
-    container: dict[str, Any] = {
-        "name": "app",
-        "resources": {"requests": {"cpu": cpu, "memory": memory, **(extra or {})}},
-    }
-    if extra:
-        container["resources"]["limits"] = dict(extra)
-    if ports:
-        container["ports"] = [{"containerPort": p, "hostPort": p} for p in ports]
-    return {
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "spec": {"containers": [container], **spec},
-        "status": {"phase": "Pending"},
-    }
 
 
 def node(
@@ -175,7 +151,7 @@ def term(*expressions: tuple[str, str, list[str]]) -> dict[str, Any]:
 
 
 def test_a_gpu_request_picks_a_gpu_type_and_the_cheapest_offering() -> None:
-    result = solve([pod("trainer", extra={resources.NVIDIA_GPU: "1"})])
+    result = solve([pod("trainer", extended={resources.NVIDIA_GPU: "1"})])
     claim = result.new_nodeclaims[0]
     assert claim.instance_types
     assert all(it.allocatable.get(resources.NVIDIA_GPU, 0) >= 1 for it in claim.instance_types)
@@ -185,7 +161,7 @@ def test_a_gpu_request_picks_a_gpu_type_and_the_cheapest_offering() -> None:
 
 def test_pod_eni_outside_the_allowed_types_explains_with_the_numbers() -> None:
     np = pool("x", [{"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["t3.micro", "t3.small"]}])
-    result = solve([pod("web", cpu="100m", memory="64Mi", extra={resources.POD_ENI: "1"})], [np])
+    result = solve([pod("web", cpu="100m", memory="64Mi", extended={resources.POD_ENI: "1"})], [np])
     assert not result.new_nodeclaims
     reason = result.unschedulable["default/web"]["x"]
     assert reason.startswith("requests cpu=100m memory=64Mi vpc.amazonaws.com/pod-eni=1; ")
@@ -329,12 +305,14 @@ def test_existing_node_taints_keep_intolerant_pods_off() -> None:
 
 
 def test_host_ports_never_share_a_node() -> None:
-    result = solve([pod(f"p{i}", cpu="100m", ports=[8080]) for i in range(3)] + [pod("other", ports=[9090])])
+    result = solve(
+        [pod(f"p{i}", cpu="100m", host_ports=[8080]) for i in range(3)] + [pod("other", host_ports=[9090])]
+    )
     assert len(result.new_nodeclaims) == 3
     for claim in result.new_nodeclaims:
         assert sum(1 for k in claim.pods if k.startswith("default/p")) == 1
-    busy = node("n1", "us-east-1a", pods=[pod("bound", cpu="100m", ports=[8080])])
-    placed = solve([pod("again", cpu="100m", ports=[8080]), pod("free", cpu="100m")], existing=[busy])
+    busy = node("n1", "us-east-1a", pods=[pod("bound", cpu="100m", host_ports=[8080])])
+    placed = solve([pod("again", cpu="100m", host_ports=[8080]), pod("free", cpu="100m")], existing=[busy])
     assert placed.existing["n1"] == ["default/free"]
 
 

@@ -17,66 +17,21 @@ from serverless_karpenter_sim.cluster.objects import (
 )
 from serverless_karpenter_sim.cluster.scheduler import ClusterSnapshot, fit_error_message
 
+from tests import builders
+from tests.builders import node
+
 Obj = dict[str, Any]
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
 
 
-def node(
-    name: str,
-    *,
-    cpu: str = "4",
-    memory: str = "16Gi",
-    pods: str = "110",
-    zone: str = "us-west-2a",
-    labels: dict[str, str] | None = None,
-    taints: list[Obj] | None = None,
-    ready: str = "True",
-    unschedulable: bool = False,
-    extra: dict[str, str] | None = None,
-) -> Obj:
-    return {
-        "metadata": {"name": name, "labels": {HOSTNAME: name, ZONE: zone, **(labels or {})}},
-        "spec": {"taints": taints or [], "unschedulable": unschedulable},
-        "status": {
-            "allocatable": {"cpu": cpu, "memory": memory, "pods": pods, **(extra or {})},
-            "conditions": [{"type": "Ready", "status": ready}],
-        },
-    }
-
-
 _counter = iter(range(1_000_000))
 
 
-def pod(
-    name: str,
-    *,
-    cpu: str = "1",
-    memory: str = "1Gi",
-    labels: dict[str, str] | None = None,
-    node_name: str | None = None,
-    namespace: str = "default",
-    **spec: Any,
-) -> Obj:
-    body: Obj = {
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": f"uid-{name}",
-            "labels": labels or {},
-            "creationTimestamp": f"2026-01-01T00:00:{next(_counter) % 60:02d}Z",
-        },
-        "spec": {
-            "containers": [
-                {"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
-            ],
-            **spec,
-        },
-        "status": {"phase": "Running" if node_name else "Pending"},
-    }
-    if node_name:
-        body["spec"]["nodeName"] = node_name
-    return body
+def pod(name: str, **fields: Any) -> Obj:
+    """A pod with a uid and a creation time, which the scheduler orders its queue by."""
+    created = f"2026-01-01T00:00:{next(_counter) % 60:02d}Z"
+    return builders.pod(name, uid=f"uid-{name}", created=created, **fields)
 
 
 def schedule(
@@ -116,14 +71,14 @@ def test_insufficient_resources_are_counted_per_resource() -> None:
 
 def test_pods_already_on_a_node_use_its_room_and_pod_count() -> None:
     nodes = [node("a", cpu="2"), node("b", pods="1")]
-    existing = [pod("x", cpu="1500m", node_name="a"), pod("y", cpu="100m", node_name="b")]
+    existing = [pod("x", cpu="1500m", node="a"), pod("y", cpu="100m", node="b")]
     name, message = schedule(nodes, existing, pod("p", cpu="1"))
     assert name is None
     assert message == "0/2 nodes are available: 1 Insufficient cpu, 1 Too many pods."
 
 
 def test_finished_pods_free_their_room() -> None:
-    done = pod("x", cpu="2", node_name="a")
+    done = pod("x", cpu="2", node="a")
     done["status"]["phase"] = "Succeeded"
     assert schedule([node("a", cpu="2")], [done], pod("p", cpu="2"))[0] == "a"
 
@@ -260,19 +215,19 @@ def test_preferred_node_affinity_wins_over_spreading() -> None:
         }
     }
     nodes = [node("a"), node("b", labels={"tier": "x"}), node("c")]
-    assert schedule(nodes, [pod("busy", cpu="2", node_name="b")], pod("p", affinity=affinity))[0] == "b"
+    assert schedule(nodes, [pod("busy", cpu="2", node="b")], pod("p", affinity=affinity))[0] == "b"
 
 
 def test_least_and_most_allocated_scoring() -> None:
     nodes = [node("a"), node("b")]
-    existing = [pod("busy", cpu="2", memory="8Gi", node_name="a")]
+    existing = [pod("busy", cpu="2", memory="8Gi", node="a")]
     assert schedule(nodes, existing, pod("p"))[0] == "b"
     assert schedule(nodes, existing, pod("p"), scoring="MostAllocated")[0] == "a"
 
 
 def test_host_ports_conflict() -> None:
     ports = [{"containerPort": 80, "hostPort": 8080}]
-    taken = pod("x", node_name="a")
+    taken = pod("x", node="a")
     taken["spec"]["containers"][0]["ports"] = ports
     incoming = pod("p")
     incoming["spec"]["containers"][0]["ports"] = ports
@@ -306,7 +261,7 @@ def test_required_anti_affinity_on_hostname_one_per_node() -> None:
 
 def test_anti_affinity_message_and_symmetry() -> None:
     nodes = [node("a")]
-    existing = [pod("x", labels={"app": "web"}, node_name="a", affinity=_anti("web"))]
+    existing = [pod("x", labels={"app": "web"}, node="a", affinity=_anti("web"))]
     name, message = schedule(nodes, existing, pod("p", labels={"app": "web"}, affinity=_anti("web")))
     assert message == "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules."
     # The incoming pod has no rule of its own, but the existing pod's rule keeps it away.
@@ -326,7 +281,7 @@ def test_required_affinity_follows_matching_pods_and_lets_the_first_one_in() -> 
             ]
         }
     }
-    existing = [pod("cache", labels={"app": "cache"}, node_name="b")]
+    existing = [pod("cache", labels={"app": "cache"}, node="b")]
     assert schedule(nodes, existing, pod("p", affinity=affinity))[0] == "b"
     _, message = schedule(nodes, [], pod("q", affinity=affinity))
     assert message == "0/2 nodes are available: 2 node(s) didn't match pod affinity rules."
@@ -336,7 +291,7 @@ def test_required_affinity_follows_matching_pods_and_lets_the_first_one_in() -> 
 
 def test_namespace_selector_widens_a_term() -> None:
     nodes = [node("a"), node("b")]
-    existing = [pod("x", labels={"app": "db"}, node_name="a", namespace="team-a")]
+    existing = [pod("x", labels={"app": "db"}, node="a", namespace="team-a")]
     affinity = {
         "podAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
@@ -385,12 +340,12 @@ def test_zonal_spread_with_max_skew_one() -> None:
 
 def test_spread_blocks_when_the_only_room_would_skew() -> None:
     nodes = [node("a", zone="z1"), node("b", zone="z2", cpu="1")]
-    existing = [pod("x", cpu="1", labels={"app": "web"}, node_name="b")]
-    existing += [pod("y", cpu="100m", labels={"app": "web"}, node_name="a")]
+    existing = [pod("x", cpu="1", labels={"app": "web"}, node="b")]
+    existing += [pod("y", cpu="100m", labels={"app": "web"}, node="a")]
     incoming = pod("p", labels={"app": "web"}, topologySpreadConstraints=_spread())
     # z1 has 1, z2 has 1 but is full; placing in z1 makes 2 vs 1 = skew 1: allowed.
     assert schedule(nodes, existing, incoming)[0] == "a"
-    existing.append(pod("z", cpu="100m", labels={"app": "web"}, node_name="a"))
+    existing.append(pod("z", cpu="100m", labels={"app": "web"}, node="a"))
     name, message = schedule(nodes, existing, incoming)
     assert name is None
     assert message == (
@@ -400,7 +355,7 @@ def test_spread_blocks_when_the_only_room_would_skew() -> None:
 
 def test_spread_min_domains_and_missing_label() -> None:
     nodes = [node("a", zone="z1"), {**node("b"), "metadata": {"name": "b", "labels": {HOSTNAME: "b"}}}]
-    existing = [pod("x", cpu="100m", labels={"app": "web"}, node_name="a")]
+    existing = [pod("x", cpu="100m", labels={"app": "web"}, node="a")]
     incoming = pod("p", labels={"app": "web"}, topologySpreadConstraints=_spread(minDomains=3))
     name, message = schedule(nodes, existing, incoming)
     # With fewer domains than minDomains the global minimum is 0: 1 + 1 - 0 > 1.
@@ -413,7 +368,7 @@ def test_spread_min_domains_and_missing_label() -> None:
 
 def test_spread_node_affinity_policy_honor_ignores_ineligible_domains() -> None:
     nodes = [node("a", zone="z1", labels={"pool": "x"}), node("b", zone="z2")]
-    existing = [pod("x", cpu="100m", labels={"app": "web"}, node_name="a")]
+    existing = [pod("x", cpu="100m", labels={"app": "web"}, node="a")]
     incoming = pod(
         "p", labels={"app": "web"}, nodeSelector={"pool": "x"}, topologySpreadConstraints=_spread()
     )
@@ -431,7 +386,7 @@ def test_spread_node_affinity_policy_honor_ignores_ineligible_domains() -> None:
 def test_spread_match_label_keys_count_only_the_same_revision() -> None:
     nodes = [node("a", zone="z1"), node("b", zone="z2")]
     existing = [
-        pod(f"old{i}", cpu="100m", labels={"app": "web", "pod-template-hash": "old"}, node_name="a")
+        pod(f"old{i}", cpu="100m", labels={"app": "web", "pod-template-hash": "old"}, node="a")
         for i in range(3)
     ]
     incoming = pod(
@@ -445,7 +400,7 @@ def test_spread_match_label_keys_count_only_the_same_revision() -> None:
 
 def test_schedule_anyway_spread_prefers_the_emptier_zone() -> None:
     nodes = [node("a", zone="z1"), node("b", zone="z2")]
-    existing = [pod(f"x{i}", cpu="10m", memory="1Mi", labels={"app": "web"}, node_name="a") for i in range(3)]
+    existing = [pod(f"x{i}", cpu="10m", memory="1Mi", labels={"app": "web"}, node="a") for i in range(3)]
     incoming = pod(
         "p",
         cpu="10m",
@@ -458,7 +413,7 @@ def test_schedule_anyway_spread_prefers_the_emptier_zone() -> None:
 
 def test_terminating_pods_do_not_count_toward_spread() -> None:
     nodes = [node("a", zone="z1"), node("b", zone="z2", cpu="100m")]
-    leaving = pod("x", cpu="100m", labels={"app": "web"}, node_name="a")
+    leaving = pod("x", cpu="100m", labels={"app": "web"}, node="a")
     leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     incoming = pod("p", labels={"app": "web"}, topologySpreadConstraints=_spread())
     assert schedule(nodes, [leaving], incoming)[0] == "a"
@@ -540,15 +495,15 @@ def test_names_are_kubernetes_shaped_and_reproducible() -> None:
 
 
 def test_scale_down_removes_pending_then_not_ready_then_newest() -> None:
-    running_old = pod("old", node_name="a")
+    running_old = pod("old", node="a")
     running_old["status"]["conditions"] = [
         {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
     ]
-    running_new = pod("new", node_name="b")
+    running_new = pod("new", node="b")
     running_new["status"]["conditions"] = [
         {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:05:00Z"}
     ]
-    not_ready = pod("starting", node_name="c")
+    not_ready = pod("starting", node="c")
     pending = pod("pending")
     order = [p["metadata"]["name"] for p in _deletion_order([running_old, running_new, not_ready, pending])]
     assert order == ["pending", "starting", "new", "old"]

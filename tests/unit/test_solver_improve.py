@@ -23,6 +23,8 @@ from serverless_karpenter.scheduling.scheduler import (
 )
 from serverless_karpenter.solver import SolveReport, claim_cost, improve
 
+from tests.builders import pod
+
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 FAMILIES = {"c6a", "m6a", "r6a", "c7i", "m7i", "r7i"}
 
@@ -64,18 +66,6 @@ def template(
         daemon_overhead=overhead or {},
         remaining=remaining,
     )
-
-
-def pod(
-    name: str, cpu: str, memory: str, labels: dict[str, str] | None = None, **spec: Any
-) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
-        "spec": {
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
-            **spec,
-        },
-    }
 
 
 def heterogeneous(count: int, seed: int = 7) -> list[dict[str, Any]]:
@@ -149,8 +139,8 @@ def test_daemonset_overhead_is_room_the_pods_cannot_use() -> None:
 def test_hostname_anti_affinity_keeps_matching_pods_apart() -> None:
     term = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": wk.HOSTNAME}
     anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-    pending = [pod(f"db{i}", "250m", "256Mi", {"app": "db"}, affinity=anti) for i in range(12)]
-    pending += [pod(f"web{i}", "500m", "1Gi", {"app": "web"}) for i in range(30)]
+    pending = [pod(f"db{i}", "250m", "256Mi", labels={"app": "db"}, affinity=anti) for i in range(12)]
+    pending += [pod(f"web{i}", "500m", "1Gi", labels={"app": "web"}) for i in range(30)]
     ffd, improved, _ = solve(pending)
     assert_valid(improved, ffd, pending)
     for claim in improved.new_nodeclaims:
@@ -166,7 +156,8 @@ def test_hostname_spread_puts_at_most_max_skew_matching_pods_on_a_node() -> None
         "labelSelector": {"matchLabels": {"app": "api"}},
     }
     pending = [
-        pod(f"api{i}", "100m", "128Mi", {"app": "api"}, topologySpreadConstraints=[spread]) for i in range(10)
+        pod(f"api{i}", "100m", "128Mi", labels={"app": "api"}, topologySpreadConstraints=[spread])
+        for i in range(10)
     ]
     pending += [pod(f"batch{i}", "1", "2Gi") for i in range(20)]
     ffd, improved, _ = solve(pending)
@@ -178,7 +169,7 @@ def test_hostname_spread_puts_at_most_max_skew_matching_pods_on_a_node() -> None
 def test_claims_with_constraints_the_solver_cannot_keep_stay_as_first_fit_made_them() -> None:
     term = {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": wk.HOSTNAME}
     together = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-    pending = [pod(f"cache{i}", "1", "1Gi", {"app": "cache"}, affinity=together) for i in range(3)]
+    pending = [pod(f"cache{i}", "1", "1Gi", labels={"app": "cache"}, affinity=together) for i in range(3)]
     ffd, improved, report = solve(pending)
     assert improved.new_nodeclaims == ffd.new_nodeclaims
     assert report.pinned_claims == len(ffd.new_nodeclaims)
@@ -228,9 +219,11 @@ def _anti(app: str) -> dict[str, Any]:
 def test_pods_free_of_zones_share_nodes_with_pods_pinned_to_any_zone() -> None:
     # Thirty pods that each need a node of their own, and ninety zonally spread ones: the cheapest
     # placement puts three spread pods beside each lone pod, in the spread pods' zone.
-    pending = [pod(f"solo{i}", "400m", "512Mi", {"app": "solo"}, affinity=_anti("solo")) for i in range(30)]
+    pending = [
+        pod(f"solo{i}", "400m", "512Mi", labels={"app": "solo"}, affinity=_anti("solo")) for i in range(30)
+    ]
     pending += [
-        pod(f"web{i}", "400m", "512Mi", {"app": "web"}, topologySpreadConstraints=_zonal_spread("web"))
+        pod(f"web{i}", "400m", "512Mi", labels={"app": "web"}, topologySpreadConstraints=_zonal_spread("web"))
         for i in range(90)
     ]
     ffd, improved, report = solve(pending)
@@ -253,12 +246,20 @@ def test_pods_free_of_zones_share_nodes_with_pods_pinned_to_any_zone() -> None:
 def test_pods_a_zonal_term_selects_keep_their_zone() -> None:
     # The plain "web" pods carry no constraint, but the spread pods count them per zone: moving them
     # to another zone would change the skew the scheduler checked, so they stay where they were put.
-    pending = [pod(f"plain{i}", "400m", "512Mi", {"app": "web"}) for i in range(30)]
+    pending = [pod(f"plain{i}", "400m", "512Mi", labels={"app": "web"}) for i in range(30)]
     pending += [
-        pod(f"spread{i}", "400m", "512Mi", {"app": "web"}, topologySpreadConstraints=_zonal_spread("web"))
+        pod(
+            f"spread{i}",
+            "400m",
+            "512Mi",
+            labels={"app": "web"},
+            topologySpreadConstraints=_zonal_spread("web"),
+        )
         for i in range(30)
     ]
-    pending += [pod(f"solo{i}", "400m", "512Mi", {"app": "solo"}, affinity=_anti("solo")) for i in range(12)]
+    pending += [
+        pod(f"solo{i}", "400m", "512Mi", labels={"app": "solo"}, affinity=_anti("solo")) for i in range(12)
+    ]
     ffd, improved, _ = solve(pending)
     assert_valid(improved, ffd, pending)
     first_fit_zones = {k: _zones_of(c) for c in ffd.new_nodeclaims for k in c.pods}
@@ -299,8 +300,10 @@ def test_anti_affinity_owners_their_selector_does_not_match_share_nodes_and_forc
     # Web pods repel app=db, not each other: they may all share a node, so the bound must not count a
     # node for each (it would then exceed the optimum), and first fit's shared nodes are no breach.
     tpl = template()
-    pending = [pod(f"web{i}", "250m", "256Mi", {"app": "web"}, affinity=_anti("db")) for i in range(12)]
-    pending += [pod(f"db{i}", "250m", "256Mi", {"app": "db"}) for i in range(4)]
+    pending = [
+        pod(f"web{i}", "250m", "256Mi", labels={"app": "web"}, affinity=_anti("db")) for i in range(12)
+    ]
+    pending += [pod(f"db{i}", "250m", "256Mi", labels={"app": "db"}) for i in range(4)]
     ffd, improved, report = solve(pending, tpl)
     assert_valid(improved, ffd, pending)
     for claim in improved.new_nodeclaims:
@@ -316,9 +319,9 @@ def test_anti_affinity_owners_their_selector_does_not_match_share_nodes_and_forc
 
 def test_self_selecting_anti_affinity_still_forces_a_node_per_owner_in_the_bound() -> None:
     tpl = template()
-    owners = [pod(f"db{i}", "250m", "256Mi", {"app": "db"}, affinity=_anti("db")) for i in range(12)]
+    owners = [pod(f"db{i}", "250m", "256Mi", labels={"app": "db"}, affinity=_anti("db")) for i in range(12)]
     # Owners that are no members add no node of their own to the bound, and never join a db pod.
-    others = [pod(f"web{i}", "250m", "256Mi", {"app": "web"}, affinity=_anti("db")) for i in range(12)]
+    others = [pod(f"web{i}", "250m", "256Mi", labels={"app": "web"}, affinity=_anti("db")) for i in range(12)]
     for pending, forced in ((owners, 12), (owners + others, 12)):
         ffd, improved, report = solve(pending, tpl)
         assert_valid(improved, ffd, pending)

@@ -28,6 +28,8 @@ from serverless_karpenter.termination.terminator import (
 )
 from serverless_karpenter.termination.usecases import queue_termination_pass, run_termination
 
+from tests import builders
+
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 NODE = "ip-10-0-0-1.ec2.internal"
 
@@ -42,22 +44,13 @@ def pod(
     annotations: dict[str, str] | None = None,
     tolerations: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    owner = {"kind": "DaemonSet" if daemonset else "ReplicaSet", "name": "o", "controller": True}
-    spec: dict[str, Any] = {"nodeName": node, "terminationGracePeriodSeconds": grace}
+    spec: dict[str, Any] = {"terminationGracePeriodSeconds": grace}
     if critical:
         spec["priorityClassName"] = "system-node-critical"
     if tolerations:
         spec["tolerations"] = tolerations
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "ownerReferences": [owner],
-            "annotations": annotations or {},
-        },
-        "spec": spec,
-        "status": {"phase": "Running"},
-    }
+    owner = "DaemonSet" if daemonset else "ReplicaSet"
+    return builders.pod(name, node=node, owner=owner, annotations=annotations or {}, **spec)
 
 
 @dataclass
