@@ -1,4 +1,4 @@
-"""The simulated Kubernetes API server: real Kubernetes REST over HTTP/1.1 on 127.0.0.1.
+"""The simulated Kubernetes API server: real Kubernetes REST over HTTP/1.1 and TLS on 127.0.0.1.
 
 The official ``kubernetes`` python client talks to it unchanged (see :func:`client_configuration`).
 Paths, verbs, status codes and ``Status`` bodies follow kube-apiserver; object semantics live in
@@ -23,6 +23,7 @@ import contextlib
 import logging
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Mapping
@@ -36,7 +37,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import kubernetes.client
 from serverless_karpenter.clock import Clock
 
-from . import codec, kinds, selectors
+from . import codec, kinds, selectors, tls
 from .audit import Audit
 from .errors import REASONS, ApiError, bad_request, method_not_allowed, unauthorized
 from .faults import FaultInjector, FaultRule
@@ -50,6 +51,9 @@ _PHRASES = {status.value: status.phrase for status in HTTPStatus}
 _WATCH_POLL_SECONDS = 0.1
 _HOLD_POLL_SECONDS = 0.05  # how often a held "timeout" request looks for its client hanging up
 _UNAUTHENTICATED_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
+_HANDSHAKE_TIMEOUT_SECONDS = 10.0
+# The bearer token of the local operator (the simulator's own clients, and kubectl's kubeconfig).
+LOCAL_TOKEN = "k8s-aws-v1.local"
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,13 @@ class _HttpServer(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
+        self.tls = api.authority.server_context()
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that does not trust the certificate, or speaks plain HTTP, fails its handshake: that is
+        # the client's error to report, not a server fault to print a traceback for.
+        log.debug("kubeapi: connection from %s failed", client_address, exc_info=True)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -180,6 +190,11 @@ class _Handler(BaseHTTPRequestHandler):
     server: _HttpServer
 
     def setup(self) -> None:
+        # The handshake runs here, on the connection's own thread, so a slow client holds up no other.
+        raw: socket.socket = self.request
+        raw.settimeout(_HANDSHAKE_TIMEOUT_SECONDS)
+        self.request = self.server.tls.wrap_socket(raw, server_side=True)
+        self.request.settimeout(None)
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.connections_lock:
@@ -275,7 +290,7 @@ class _Handler(BaseHTTPRequestHandler):
                     route = {
                         **route,
                         "serverAddressByClientCIDRs": [
-                            {"clientCIDR": "0.0.0.0/0", "serverAddress": api.url.removeprefix("http://")}
+                            {"clientCIDR": "0.0.0.0/0", "serverAddress": api.url.removeprefix("https://")}
                         ],
                     }
                 self._send(_json_response(200, route))
@@ -487,9 +502,21 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
     def _client_gone(self) -> bool:
+        """Whether the client closed the connection. Only called while the client waits for an answer, so
+        whatever else it sent (nothing, in HTTP/1.1 without pipelining) may be read and dropped: TLS has no
+        way to peek at decrypted bytes."""
+        connection = self.connection
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            readable, _, _ = select.select([connection], [], [], 0)
+            if not readable:
+                return False
+            connection.setblocking(False)
+            try:
+                return connection.recv(1) == b""
+            finally:
+                connection.settimeout(None)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return False
         except OSError:
             return True
 
@@ -518,6 +545,7 @@ class KubeApiServer:
         self.store = Store(
             clock, self.audit, watch_history=watch_history, event_ttl_seconds=event_ttl_seconds
         )
+        self.authority = tls.local_authority()
         self.url = ""
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
@@ -527,7 +555,7 @@ class KubeApiServer:
             return self.url
         httpd = _HttpServer(self)
         host, port = httpd.server_address[:2]
-        self.url = f"http://{host!s}:{port}"
+        self.url = f"https://{host!s}:{port}"
         self._httpd = httpd
         self._thread = threading.Thread(
             target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=f"kubeapi-{port}", daemon=True
@@ -574,9 +602,11 @@ class KubeApiServer:
         }
 
 
-def client_configuration(url: str, token: str = "k8s-aws-v1.local") -> kubernetes.client.Configuration:
-    """A client configuration for the simulated server, with an EKS-style bearer token."""
+def client_configuration(url: str, token: str = LOCAL_TOKEN) -> kubernetes.client.Configuration:
+    """A client configuration for the simulated server, with an EKS-style bearer token, that trusts the
+    server's certificate authority (and nothing else)."""
     configuration = kubernetes.client.Configuration(host=url)
+    configuration.ssl_ca_cert = tls.local_authority().ca_file
     configuration.api_key = {"BearerToken": token}
     configuration.api_key_prefix = {"BearerToken": "Bearer"}
     configuration.proxy = None  # 127.0.0.1 must never go through an HTTP(S)_PROXY from the environment
