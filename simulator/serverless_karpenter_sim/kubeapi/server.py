@@ -20,6 +20,7 @@ Paths, verbs, status codes and ``Status`` bodies follow kube-apiserver; object s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import select
 import socket
@@ -37,7 +38,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import kubernetes.client
 from serverless_karpenter.clock import Clock
 
-from . import codec, kinds, selectors, tls
+from . import codec, kinds, kubectl_support, selectors, tls
 from .audit import Audit
 from .errors import REASONS, ApiError, bad_request, method_not_allowed, unauthorized
 from .faults import FaultInjector, FaultRule
@@ -280,6 +281,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(_error_response(unauthorized()))
                 return
             segments = [unquote(s) for s in path.split("/") if s]
+            if segments and segments[0] == "openapi":
+                if method != "GET":
+                    raise method_not_allowed()
+                self._send(_Response(200, kubectl_support.openapi_body(segments[1:])))
+                return
             if not segments or segments[0] not in ("api", "apis"):
                 raise _not_found_path()
             route = _parse_route(segments)
@@ -312,6 +318,9 @@ class _Handler(BaseHTTPRequestHandler):
                 assert route.kind is not None
                 self._serve_watch(route.kind, route.namespace, params, drop=drop)
                 return
+            warnings = kubectl_support.field_warnings(
+                method, route.kind, route.subresource, params, self.headers, raw
+            )
             dry_run = params.get("dryRun")
             if dry_run is not None and method != "GET":
                 if dry_run != "All":
@@ -319,6 +328,8 @@ class _Handler(BaseHTTPRequestHandler):
                 response = api.store.dry_run(lambda: self._handle(method, route, params, raw))
             else:
                 response = self._handle(method, route, params, raw)
+            if warnings:
+                response = dataclasses.replace(response, headers=response.headers + warnings)
         except ApiError as err:
             response = _error_response(err)
             drop = False
@@ -343,13 +354,21 @@ class _Handler(BaseHTTPRequestHandler):
             if name is None:
                 query = self._query(kind, namespace, params)
                 limit = int(params["limit"]) if params.get("limit", "").isdigit() else None
-                return _list_response(
-                    kind, store.list_objects(query, limit=limit, continue_token=params.get("continue"))
-                )
+                page = store.list_objects(query, limit=limit, continue_token=params.get("continue"))
+                if kubectl_support.wants_table(self.headers):
+                    return _json_response(
+                        200, kubectl_support.list_table(kind, page, self.server.api.clock, params)
+                    )
+                return _list_response(kind, page)
             if sub == "scale":
                 return _json_response(200, store.get_scale(kind, namespace or "", name))
             if sub in (None, "status"):
-                return _Response(200, render(store.get(kind, namespace, name)))
+                result = store.get(kind, namespace, name)
+                if kubectl_support.wants_table(self.headers):
+                    return _json_response(
+                        200, kubectl_support.get_table(kind, result, self.server.api.clock, params)
+                    )
+                return _Response(200, render(result))
             raise method_not_allowed()
         if method == "POST":
             if name is None:
