@@ -35,7 +35,12 @@ def kubectl_binary() -> str:
 def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HOME": str(kubeconfig.parent)}
     result = subprocess.run(
-        [kubectl_binary(), *args], env=env, capture_output=True, text=True, timeout=KUBECTL_TIMEOUT, check=False
+        [kubectl_binary(), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=KUBECTL_TIMEOUT,
+        check=False,
     )
     if check:
         assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
