@@ -8,7 +8,8 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from serverless_karpenter_sim.kubeapi import field_validation, openapi, tables
+from serverless_karpenter.clock import ManualClock
+from serverless_karpenter_sim.kubeapi import field_validation, kubectl_support, openapi, tables
 from serverless_karpenter_sim.kubeapi.errors import ApiError
 from serverless_karpenter_sim.kubeapi.jsonpath import JsonPathError, find
 from serverless_karpenter_sim.kubeapi.kinds import kind_of
@@ -202,3 +203,15 @@ def test_strict_validation_accepts_a_valid_nodepool_and_patch_directives() -> No
     assert field_validation.check(kind, "Strict", nodepool) == []
     patch = {"metadata": {"$setElementOrder/finalizers": ["x"], "labels": None}, "spec": {"weight": 3}}
     assert field_validation.check(kind, "Strict", patch) == []
+
+
+def test_a_table_watch_sends_the_columns_once() -> None:
+    kind = kind_of("", "v1", "configmaps")
+    encoder = kubectl_support.TableWatchEncoder(kind, ManualClock(NOW), {})
+    first, second = (
+        json.loads(encoder.line(event, {"metadata": {"name": name}, "data": {"a": "b"}}))
+        for event, name in (("ADDED", "x"), ("DELETED", "y"))
+    )
+    assert first["type"] == "ADDED" and names(first["object"]) == ["Name", "Data", "Age"]
+    assert second["type"] == "DELETED" and second["object"]["columnDefinitions"] == []
+    assert cells(second["object"]) == [["y", 1, "<unknown>"]]

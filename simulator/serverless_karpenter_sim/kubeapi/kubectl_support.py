@@ -12,7 +12,7 @@ import yaml
 from serverless_karpenter.clock import Clock
 
 from . import codec, field_validation, openapi, tables
-from .errors import ApiError, bad_request
+from .errors import ApiError
 from .kinds import Kind
 from .store import APPLY_PATCH, JSON_PATCH, Entry, Page, Result
 
@@ -62,8 +62,8 @@ def field_warnings(
     else:
         try:
             body = codec.loads(raw) if raw else None
-        except ValueError as err:
-            raise bad_request(f"error decoding the request body: {err}") from err
+        except ValueError:
+            return ()  # the handler answers a body it cannot read (400, or 415 for protobuf)
     found = field_validation.check(kind, directive, body)
     return tuple(("Warning", f'299 - "{finding.replace(chr(34), chr(92) + chr(34))}"') for finding in found)
 
@@ -100,3 +100,24 @@ def get_table(kind: Kind, result: Result, clock: Clock, params: Mapping[str, str
         list_metadata={"resourceVersion": version} if version else {},
         include_object=params.get("includeObject"),
     )
+
+
+class TableWatchEncoder:
+    """Watch events for a client that asked for Tables: each object a one-row Table, the column definitions
+    in the first event only (kubectl keeps them from there); bookmarks and errors as they are."""
+
+    def __init__(self, kind: Kind, clock: Clock, params: Mapping[str, str]) -> None:
+        self.kind = kind
+        self.clock = clock
+        self.include_object = params.get("includeObject")
+        self.sent_columns = False
+
+    def line(self, event_type: str, result: Result) -> bytes:
+        obj = _object(result)
+        if event_type in ("ERROR", "BOOKMARK"):
+            return codec.dumps({"type": event_type, "object": obj}) + b"\n"
+        table = tables.table(self.kind, [obj], self.clock.now(), include_object=self.include_object)
+        if self.sent_columns:
+            table["columnDefinitions"] = []
+        self.sent_columns = True
+        return codec.dumps({"type": event_type, "object": table}) + b"\n"

@@ -14,7 +14,9 @@ Paths, verbs, status codes and ``Status`` bodies follow kube-apiserver; object s
   passes first, so simulations on a manual clock see their watches expire in virtual time.
 - ``dryRun=All`` runs a write in full and rolls it back (no watch event, no audit record).
 - Not served: server-side apply field ownership (``apply-patch+yaml`` is a create-or-strategic-merge),
-  garbage collection (propagationPolicy is accepted and ignored), namespace deletion, protobuf.
+  garbage collection (propagationPolicy is accepted and ignored), namespace deletion, protobuf (a
+  protobuf body is answered 415, so ``kubectl create configmap`` and kin fail; ``kubectl apply`` works).
+- kubectl: ``/openapi/v3``, ``fieldValidation``, Table output and HTTPS (see :mod:`.kubectl_support`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ _WATCH_POLL_SECONDS = 0.1
 _HOLD_POLL_SECONDS = 0.05  # how often a held "timeout" request looks for its client hanging up
 _UNAUTHENTICATED_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 _HANDSHAKE_TIMEOUT_SECONDS = 10.0
+# Encodings kube-apiserver accepts that this server does not speak; answered 415, as upstream answers what
+# it does not speak.
+_BINARY_MEDIA_TYPES = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
 # The bearer token of the local operator (the simulator's own clients, and kubectl's kubeconfig).
 LOCAL_TOKEN = "k8s-aws-v1.local"
 
@@ -255,6 +260,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _json_body(self, raw: bytes) -> Any:
         if not raw:
             return None
+        media = (self.headers.get("Content-Type") or "").split(";", maxsplit=1)[0].strip()
+        if media in _BINARY_MEDIA_TYPES:  # kubectl's typed clients (`kubectl create configmap`) send protobuf
+            raise ApiError(
+                415,
+                "the body of the request was in an unknown format - accepted media types include: "
+                "application/json, application/yaml",
+            )
         try:
             return codec.loads(raw)
         except ValueError as err:
@@ -464,6 +476,9 @@ class _Handler(BaseHTTPRequestHandler):
         timeout_param = params.get("timeoutSeconds", "")
         timeout = int(timeout_param) if timeout_param.isdigit() else DEFAULT_WATCH_TIMEOUT_SECONDS
         head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        encode = _watch_line
+        if kubectl_support.wants_table(self.headers):  # `kubectl get -w`: each object as a Table row
+            encode = kubectl_support.TableWatchEncoder(kind, api.clock, params).line
         try:
             try:
                 initial, cursor = store.watch_start(query, params.get("resourceVersion"))
@@ -476,12 +491,12 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self.wfile.write(head.encode())
             if drop:
-                line = b"".join(_watch_line(t, r) for t, r in initial) or b'{"type":"ADDED","object":{}}\n'
+                line = b"".join(encode(t, r) for t, r in initial) or b'{"type":"ADDED","object":{}}\n'
                 self.wfile.write(b"%x\r\n%s" % (len(line), line[: max(1, len(line) // 2)]))
                 self._abort()
                 return
             if initial:
-                self._chunk(b"".join(_watch_line(t, r) for t, r in initial))
+                self._chunk(b"".join(encode(t, r) for t, r in initial))
             wall_deadline = time.monotonic() + timeout
             virtual_deadline = api.clock.now() + timedelta(seconds=timeout)
             while not store.closed:
@@ -494,7 +509,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self._chunk(_watch_line("ERROR", err.status()))
                     break
                 if events:
-                    self._chunk(b"".join(_watch_line(t, r) for t, r in events))
+                    self._chunk(b"".join(encode(t, r) for t, r in events))
                 elif self._client_gone():
                     self.close_connection = True
                     return
