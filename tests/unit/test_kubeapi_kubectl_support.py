@@ -150,7 +150,7 @@ def test_openapi_documents_serve_patch_with_field_validation_for_every_kind() ->
         {"group": "karpenter.sh", "version": "v1", "kind": "NodePool"}
     ]
     core = json.loads(openapi.document_body("api/v1") or b"")
-    ports = core["components"]["schemas"]["V1Container"]["properties"]["ports"]
+    ports = core["components"]["schemas"]["io.k8s.api.v1.Container"]["properties"]["ports"]
     assert ports["x-kubernetes-patch-merge-key"] == "containerPort"
     assert openapi.document_body("apis/nothing/v1") is None
 

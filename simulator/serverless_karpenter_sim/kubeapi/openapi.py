@@ -93,7 +93,11 @@ def _model_schema(name: str, refs: set[str]) -> Obj:
         model.attribute_map[attribute]: _type_schema(type_name, model.attribute_map[attribute], name, refs)
         for attribute, type_name in model.openapi_types.items()
     }
-    return {"type": "object", "properties": properties}
+    schema: Obj = {"type": "object", "properties": properties}
+    description = (model.__doc__ or "").split("Attributes:", 1)[0].strip()
+    if description and not description.startswith("NOTE:"):
+        schema["description"] = " ".join(description.split())
+    return schema
 
 
 def _with_models(schemas: dict[str, Obj], roots: set[str]) -> None:
@@ -134,13 +138,43 @@ def _crd_schema(kind: Kind) -> Obj:
 # --- documents ------------------------------------------------------------------------------------------
 
 
-def schema_name(kind: Kind) -> str:
-    if kind.custom:
-        return crd_schema_name(kind.group, kind.version, kind.kind)
+_MODEL_NAME = re.compile(r"(?P<prefix>[A-Z][a-z]+)?(?P<version>V\d+(?:alpha\d+|beta\d+)?)(?P<type>[A-Z]\w*)")
+
+
+def published_name(model: str) -> str:
+    """The name a model's schema is published under, upstream-style: ``V1ContainerPort`` as
+    ``io.k8s.api.v1.ContainerPort`` (``kubectl explain`` shows the last part)."""
+    match = _MODEL_NAME.fullmatch(model)
+    if match is None:
+        return model
+    prefix = f"{match['prefix'].lower()}." if match["prefix"] else ""
+    return f"io.k8s.api.{prefix}{match['version'].lower()}.{match['type']}"
+
+
+def _model_of(kind: Kind) -> str:
     name = model_class_name(kind.group, kind.version, kind.kind)
     if name is None:
         raise LookupError(f"the python client has no model for {kind.api_version} {kind.kind}")
     return name
+
+
+def schema_name(kind: Kind) -> str:
+    if kind.custom:
+        return crd_schema_name(kind.group, kind.version, kind.kind)
+    return published_name(_model_of(kind))
+
+
+def _renamed(value: Any, names: dict[str, str]) -> Any:
+    """``value`` with every reference to a model by its class name made to its published name."""
+    if isinstance(value, dict):
+        out = {key: _renamed(item, names) for key, item in value.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str) and ref.removeprefix(REF_PREFIX) in names:
+            out["$ref"] = REF_PREFIX + names[ref.removeprefix(REF_PREFIX)]
+        return out
+    if isinstance(value, list):
+        return [_renamed(item, names) for item in value]
+    return value
 
 
 def _operation(action: str, gvk: Obj, body: str, *, writes: bool, params: tuple[str, ...] = ()) -> Obj:
@@ -234,7 +268,7 @@ def _document(group: str, version: str) -> Obj | None:
     _with_models(schemas, {OBJECT_META})
     paths: dict[str, Obj] = {}
     for kind in served:
-        name = schema_name(kind)
+        name = schema_name(kind) if kind.custom else _model_of(kind)
         if kind.custom:
             schemas[name] = _crd_schema(kind)
             schemas[f"{name}List"] = {
@@ -257,12 +291,14 @@ def _document(group: str, version: str) -> Obj | None:
             list_gvk = [_gvk(group, version, kind.list_kind)]
             schemas[f"{name}List"] = {**schemas[f"{name}List"], "x-kubernetes-group-version-kind": list_gvk}
         paths.update(_paths_for(kind, name, schemas))
+    names = {name: published_name(name) for name in schemas if hasattr(models, name)}
+    published = {names.get(name, name): schema for name, schema in schemas.items()}
     major, minor = "1", "33"
     return {
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": f"v{major}.{minor}.0"},
-        "paths": paths,
-        "components": {"schemas": dict(sorted(schemas.items()))},
+        "paths": _renamed(paths, names),
+        "components": {"schemas": _renamed(dict(sorted(published.items())), names)},
     }
 
 
