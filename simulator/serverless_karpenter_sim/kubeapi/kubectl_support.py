@@ -65,7 +65,14 @@ def field_warnings(
         except ValueError:
             return ()  # the handler answers a body it cannot read (400, or 415 for protobuf)
     found = field_validation.check(kind, directive, body)
-    return tuple(("Warning", f'299 - "{finding.replace(chr(34), chr(92) + chr(34))}"') for finding in found)
+    return tuple(("Warning", warning_value(finding)) for finding in found)
+
+
+def warning_value(text: str) -> str:
+    """An RFC 7234 ``Warning`` header value, code 299 as kube-apiserver sends: the text quoted, its quotes
+    escaped."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{escaped}"'
 
 
 def wants_table(headers: Message) -> bool:

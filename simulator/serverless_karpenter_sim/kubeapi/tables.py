@@ -111,7 +111,7 @@ def _definitions_and_cells(kind: Kind, now: datetime) -> tuple[list[Obj], Callab
             for c in custom
         ]
         return columns, lambda obj: [printers.name(obj), *(_custom_cell(obj, c, now) for c in custom)]
-    created = _column("Created At", "date", "CreationTimestamp is a timestamp ...")
+    created = _column("Created At", "date", "When the object was created.")
     return [name_column, created], lambda obj: [
         printers.name(obj),
         (obj.get("metadata") or {}).get("creationTimestamp"),
