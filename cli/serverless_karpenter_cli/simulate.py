@@ -35,6 +35,8 @@ DETACHED_RESULT = LOCAL_ENV.parent / "simulator-result.json"
 READY_TIMEOUT = 600.0
 # How long `--stop` waits after SIGTERM (moto and the API server shut down) before SIGKILL, and after it.
 STOP_GRACE = 15.0
+# kubectl's configuration for the kept simulator's API server (its address, CA and token).
+KUBECONFIG = LOCAL_ENV.parent / "kubeconfig"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -208,10 +210,13 @@ def keep_running(simulation: Simulation, on_ready: Callable[[], None]) -> int:
 
     signal.signal(signal.SIGTERM, stop)
 
+    from serverless_karpenter_sim.kubeapi.kubeconfig import write_kubeconfig
     from serverless_karpenter_sim.simulation import keep_environment
 
     try:
-        write_local_env({**keep_environment(simulation), SIMULATOR_PID: str(os.getpid())})
+        kubeconfig = write_kubeconfig(KUBECONFIG, simulation.kube_server, simulation.cluster_name).resolve()
+        environment = {**keep_environment(simulation), "KUBECONFIG": str(kubeconfig)}
+        write_local_env({**environment, SIMULATOR_PID: str(os.getpid())})
         on_ready()
         threading.Event().wait()
     except KeyboardInterrupt:
@@ -220,6 +225,7 @@ def keep_running(simulation: Simulation, on_ready: Callable[[], None]) -> int:
         # Unless it already points at a simulator that replaced this one.
         if _recorded_pid() == os.getpid():
             LOCAL_ENV.unlink(missing_ok=True)
+            KUBECONFIG.unlink(missing_ok=True)
         simulation.stop()
     return 0
 
@@ -234,7 +240,9 @@ def usage(pid: int, detached: bool) -> str:
         + f"  {program} status --local\n"
         f"  {program} doctor --local\n"
         f"  {program} explain pod --local default/<pod>\n"
-        f"  (or `. {LOCAL_ENV}` to point the AWS CLI and boto3 at moto)\n"
+        f"  (or `. {LOCAL_ENV}` to point the AWS CLI and boto3 at moto, and kubectl at the cluster)\n"
+        "kubectl reaches the simulated cluster with:\n"
+        f"  export KUBECONFIG={KUBECONFIG.resolve()}\n"
         + (f"`{program} simulate --stop` stops it." if detached else "Ctrl-C stops it.")
     )
 
@@ -377,6 +385,7 @@ def stop_kept(err: Console, replacing: bool = False) -> bool:
             return False
         err.print(f"stopped {what} (pid {pid})")
     LOCAL_ENV.unlink(missing_ok=True)
+    KUBECONFIG.unlink(missing_ok=True)
     DETACHED_RESULT.unlink(missing_ok=True)
     return True
 

@@ -182,6 +182,18 @@ class SimulatedCloud:
             urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=30
         ).close()
 
+    def serve_cluster_endpoint(self, endpoint: str, certificate_authority_data: str) -> None:
+        """Make DescribeCluster answer the simulated API server's address and certificate authority, as
+        EKS answers its cluster's: the control plane reaches the cluster the way it does on AWS.
+
+        moto has no API for it (EKS makes both itself), so this sets them on moto's model in this process.
+        """
+        from moto.eks.models import eks_backends
+
+        cluster = eks_backends[ACCOUNT][self.region].clusters[self.cluster_name]
+        cluster.endpoint = endpoint
+        cluster.certificate_authority = {"data": certificate_authority_data}
+
     def publish_public_parameter(self, name: str, value: str) -> None:
         """Publish an AWS-owned ``/aws/service/...`` parameter, as EKS does for its AMIs.
 

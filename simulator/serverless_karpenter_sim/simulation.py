@@ -213,6 +213,7 @@ class Simulation:
     def start(self) -> None:
         self.resources = res = self.cloud.start()
         url = self.kube_server.start()
+        self.cloud.serve_cluster_endpoint(url, self.kube_server.authority.ca_data)
         self.api_client = k8s.ApiClient(client_configuration(url))
         self.kube = KubernetesGateway(self.api_client, self.clock, component="simulator")
         env = {
@@ -222,7 +223,6 @@ class Simulation:
             "INTERRUPTION_DLQ_URL": res.dlq_url,
             "NODE_ROLE_NAME": res.node_role_name,
             "PROVISIONER_FUNCTION_NAME": f"{self.cluster_name}-provisioner",
-            "KUBERNETES_API_URL": url,
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE,
             "POWERTOOLS_SERVICE_NAME": "serverless-karpenter",

@@ -45,10 +45,10 @@ _MERGE_KEYS: dict[str, str] = {
     "schedulingGates": "name",
 }
 # Lists of scalars that merge as sets.
-_SET_LISTS = frozenset({"finalizers"})
+SET_LISTS = frozenset({"finalizers"})
 
 
-def _merge_key(path: tuple[str, ...]) -> str | None:
+def merge_key(path: tuple[str, ...]) -> str | None:
     last = path[-1]
     if last == "ports":
         return "containerPort" if len(path) >= 2 and path[-2] in _CONTAINER_LISTS else "port"
@@ -161,7 +161,7 @@ def _hashable(value: Any) -> Any:
 
 def _merge_list(original: Any, patch: list[Any], path: tuple[str, ...]) -> list[Any]:
     field = path[-1]
-    if field in _SET_LISTS and not any(isinstance(v, dict) for v in patch):
+    if field in SET_LISTS and not any(isinstance(v, dict) for v in patch):
         base = list(original) if isinstance(original, list) else []
         seen = set(map(_hashable, base))
         for item in patch:
@@ -169,7 +169,7 @@ def _merge_list(original: Any, patch: list[Any], path: tuple[str, ...]) -> list[
                 base.append(item)
                 seen.add(_hashable(item))
         return base
-    key = _merge_key(path)
+    key = merge_key(path)
     if key is None or not isinstance(original, list):
         return list(_strip_directives(patch))
     if any(isinstance(v, dict) and v.get(_DIRECTIVE) == "replace" for v in patch):

@@ -1,4 +1,4 @@
-"""The simulated Kubernetes API server: real Kubernetes REST over HTTP/1.1 on 127.0.0.1.
+"""The simulated Kubernetes API server: real Kubernetes REST over HTTP/1.1 and TLS on 127.0.0.1.
 
 The official ``kubernetes`` python client talks to it unchanged (see :func:`client_configuration`).
 Paths, verbs, status codes and ``Status`` bodies follow kube-apiserver; object semantics live in
@@ -14,15 +14,19 @@ Paths, verbs, status codes and ``Status`` bodies follow kube-apiserver; object s
   passes first, so simulations on a manual clock see their watches expire in virtual time.
 - ``dryRun=All`` runs a write in full and rolls it back (no watch event, no audit record).
 - Not served: server-side apply field ownership (``apply-patch+yaml`` is a create-or-strategic-merge),
-  garbage collection (propagationPolicy is accepted and ignored), namespace deletion, protobuf.
+  garbage collection (propagationPolicy is accepted and ignored), namespace deletion, protobuf (a
+  protobuf body is answered 415, so ``kubectl create configmap`` and kin fail; ``kubectl apply`` works).
+- kubectl: ``/openapi/v3``, ``fieldValidation``, Table output and HTTPS (see :mod:`.kubectl_support`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Mapping
@@ -36,7 +40,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import kubernetes.client
 from serverless_karpenter.clock import Clock
 
-from . import codec, kinds, selectors
+from . import codec, kinds, kubectl_support, selectors, tls
 from .audit import Audit
 from .errors import REASONS, ApiError, bad_request, method_not_allowed, unauthorized
 from .faults import FaultInjector, FaultRule
@@ -50,6 +54,12 @@ _PHRASES = {status.value: status.phrase for status in HTTPStatus}
 _WATCH_POLL_SECONDS = 0.1
 _HOLD_POLL_SECONDS = 0.05  # how often a held "timeout" request looks for its client hanging up
 _UNAUTHENTICATED_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
+_HANDSHAKE_TIMEOUT_SECONDS = 10.0
+# Encodings kube-apiserver accepts that this server does not speak; answered 415, as upstream answers what
+# it does not speak.
+_BINARY_MEDIA_TYPES = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
+# The bearer token of the local operator (the simulator's own clients, and kubectl's kubeconfig).
+LOCAL_TOKEN = "k8s-aws-v1.local"
 
 
 @dataclass(frozen=True)
@@ -172,7 +182,13 @@ class _HttpServer(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
+        self.tls = api.authority.server_context()
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that does not trust the certificate, or speaks plain HTTP, fails its handshake: that is
+        # the client's error to report, not a server fault to print a traceback for.
+        log.debug("kubeapi: connection from %s failed", client_address, exc_info=True)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -180,6 +196,11 @@ class _Handler(BaseHTTPRequestHandler):
     server: _HttpServer
 
     def setup(self) -> None:
+        # The handshake runs here, on the connection's own thread, so a slow client holds up no other.
+        raw: socket.socket = self.request
+        raw.settimeout(_HANDSHAKE_TIMEOUT_SECONDS)
+        self.request = self.server.tls.wrap_socket(raw, server_side=True)
+        self.request.settimeout(None)
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.connections_lock:
@@ -239,6 +260,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _json_body(self, raw: bytes) -> Any:
         if not raw:
             return None
+        media = (self.headers.get("Content-Type") or "").split(";", maxsplit=1)[0].strip()
+        if media in _BINARY_MEDIA_TYPES:  # kubectl's typed clients (`kubectl create configmap`) send protobuf
+            raise ApiError(
+                415,
+                "the body of the request was in an unknown format - accepted media types include: "
+                "application/json, application/yaml",
+            )
         try:
             return codec.loads(raw)
         except ValueError as err:
@@ -265,6 +293,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(_error_response(unauthorized()))
                 return
             segments = [unquote(s) for s in path.split("/") if s]
+            if segments and segments[0] == "openapi":
+                if method != "GET":
+                    raise method_not_allowed()
+                self._send(_Response(200, kubectl_support.openapi_body(segments[1:])))
+                return
             if not segments or segments[0] not in ("api", "apis"):
                 raise _not_found_path()
             route = _parse_route(segments)
@@ -275,7 +308,7 @@ class _Handler(BaseHTTPRequestHandler):
                     route = {
                         **route,
                         "serverAddressByClientCIDRs": [
-                            {"clientCIDR": "0.0.0.0/0", "serverAddress": api.url.removeprefix("http://")}
+                            {"clientCIDR": "0.0.0.0/0", "serverAddress": api.url.removeprefix("https://")}
                         ],
                     }
                 self._send(_json_response(200, route))
@@ -297,6 +330,9 @@ class _Handler(BaseHTTPRequestHandler):
                 assert route.kind is not None
                 self._serve_watch(route.kind, route.namespace, params, drop=drop)
                 return
+            warnings = kubectl_support.field_warnings(
+                method, route.kind, route.subresource, params, self.headers, raw
+            )
             dry_run = params.get("dryRun")
             if dry_run is not None and method != "GET":
                 if dry_run != "All":
@@ -304,6 +340,8 @@ class _Handler(BaseHTTPRequestHandler):
                 response = api.store.dry_run(lambda: self._handle(method, route, params, raw))
             else:
                 response = self._handle(method, route, params, raw)
+            if warnings:
+                response = dataclasses.replace(response, headers=response.headers + warnings)
         except ApiError as err:
             response = _error_response(err)
             drop = False
@@ -328,13 +366,21 @@ class _Handler(BaseHTTPRequestHandler):
             if name is None:
                 query = self._query(kind, namespace, params)
                 limit = int(params["limit"]) if params.get("limit", "").isdigit() else None
-                return _list_response(
-                    kind, store.list_objects(query, limit=limit, continue_token=params.get("continue"))
-                )
+                page = store.list_objects(query, limit=limit, continue_token=params.get("continue"))
+                if kubectl_support.wants_table(self.headers):
+                    return _json_response(
+                        200, kubectl_support.list_table(kind, page, self.server.api.clock, params)
+                    )
+                return _list_response(kind, page)
             if sub == "scale":
                 return _json_response(200, store.get_scale(kind, namespace or "", name))
             if sub in (None, "status"):
-                return _Response(200, render(store.get(kind, namespace, name)))
+                result = store.get(kind, namespace, name)
+                if kubectl_support.wants_table(self.headers):
+                    return _json_response(
+                        200, kubectl_support.get_table(kind, result, self.server.api.clock, params)
+                    )
+                return _Response(200, render(result))
             raise method_not_allowed()
         if method == "POST":
             if name is None:
@@ -430,6 +476,9 @@ class _Handler(BaseHTTPRequestHandler):
         timeout_param = params.get("timeoutSeconds", "")
         timeout = int(timeout_param) if timeout_param.isdigit() else DEFAULT_WATCH_TIMEOUT_SECONDS
         head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        encode = _watch_line
+        if kubectl_support.wants_table(self.headers):  # `kubectl get -w`: each object as a Table row
+            encode = kubectl_support.TableWatchEncoder(kind, api.clock, params).line
         try:
             try:
                 initial, cursor = store.watch_start(query, params.get("resourceVersion"))
@@ -442,12 +491,12 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self.wfile.write(head.encode())
             if drop:
-                line = b"".join(_watch_line(t, r) for t, r in initial) or b'{"type":"ADDED","object":{}}\n'
+                line = b"".join(encode(t, r) for t, r in initial) or b'{"type":"ADDED","object":{}}\n'
                 self.wfile.write(b"%x\r\n%s" % (len(line), line[: max(1, len(line) // 2)]))
                 self._abort()
                 return
             if initial:
-                self._chunk(b"".join(_watch_line(t, r) for t, r in initial))
+                self._chunk(b"".join(encode(t, r) for t, r in initial))
             wall_deadline = time.monotonic() + timeout
             virtual_deadline = api.clock.now() + timedelta(seconds=timeout)
             while not store.closed:
@@ -460,7 +509,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self._chunk(_watch_line("ERROR", err.status()))
                     break
                 if events:
-                    self._chunk(b"".join(_watch_line(t, r) for t, r in events))
+                    self._chunk(b"".join(encode(t, r) for t, r in events))
                 elif self._client_gone():
                     self.close_connection = True
                     return
@@ -487,9 +536,21 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
     def _client_gone(self) -> bool:
+        """Whether the client closed the connection. Only called while the client waits for an answer, so
+        whatever else it sent (nothing, in HTTP/1.1 without pipelining) may be read and dropped: TLS has no
+        way to peek at decrypted bytes."""
+        connection = self.connection
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            readable, _, _ = select.select([connection], [], [], 0)
+            if not readable:
+                return False
+            connection.setblocking(False)
+            try:
+                return connection.recv(1) == b""
+            finally:
+                connection.settimeout(None)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return False
         except OSError:
             return True
 
@@ -518,6 +579,7 @@ class KubeApiServer:
         self.store = Store(
             clock, self.audit, watch_history=watch_history, event_ttl_seconds=event_ttl_seconds
         )
+        self.authority = tls.local_authority()
         self.url = ""
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
@@ -527,7 +589,7 @@ class KubeApiServer:
             return self.url
         httpd = _HttpServer(self)
         host, port = httpd.server_address[:2]
-        self.url = f"http://{host!s}:{port}"
+        self.url = f"https://{host!s}:{port}"
         self._httpd = httpd
         self._thread = threading.Thread(
             target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=f"kubeapi-{port}", daemon=True
@@ -574,9 +636,11 @@ class KubeApiServer:
         }
 
 
-def client_configuration(url: str, token: str = "k8s-aws-v1.local") -> kubernetes.client.Configuration:
-    """A client configuration for the simulated server, with an EKS-style bearer token."""
+def client_configuration(url: str, token: str = LOCAL_TOKEN) -> kubernetes.client.Configuration:
+    """A client configuration for the simulated server, with an EKS-style bearer token, that trusts the
+    server's certificate authority (and nothing else)."""
     configuration = kubernetes.client.Configuration(host=url)
+    configuration.ssl_ca_cert = tls.local_authority().ca_file
     configuration.api_key = {"BearerToken": token}
     configuration.api_key_prefix = {"BearerToken": "Bearer"}
     configuration.proxy = None  # 127.0.0.1 must never go through an HTTP(S)_PROXY from the environment
