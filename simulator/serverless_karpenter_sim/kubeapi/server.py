@@ -20,6 +20,7 @@ Paths, verbs, status codes and ``Status`` bodies follow kube-apiserver; object s
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import select
 import socket
@@ -36,7 +37,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import kubernetes.client
 from serverless_karpenter.clock import Clock
 
-from . import codec, kinds, selectors
+from . import codec, crd_schema, kinds, selectors
 from .audit import Audit
 from .errors import REASONS, ApiError, bad_request, method_not_allowed, unauthorized
 from .faults import FaultInjector, FaultRule
@@ -301,9 +302,9 @@ class _Handler(BaseHTTPRequestHandler):
             if dry_run is not None and method != "GET":
                 if dry_run != "All":
                     raise bad_request(f'unsupported dry run directive: "{dry_run}"; the only one is "All"')
-                response = api.store.dry_run(lambda: self._handle(method, route, params, raw))
+                response = api.store.dry_run(lambda: self._handle_with_warnings(method, route, params, raw))
             else:
-                response = self._handle(method, route, params, raw)
+                response = self._handle_with_warnings(method, route, params, raw)
         except ApiError as err:
             response = _error_response(err)
             drop = False
@@ -315,6 +316,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(response, drop=drop)
         except OSError:
             self.close_connection = True
+
+    def _handle_with_warnings(
+        self, method: str, route: _Route, params: Mapping[str, str], raw: bytes
+    ) -> _Response:
+        """``_handle`` under the request's ``fieldValidation``; a ``Warning`` header per unknown field."""
+        with crd_schema.request_context(params.get("fieldValidation")) as warnings:
+            response = self._handle(method, route, params, raw)
+        if warnings:
+            headers = tuple(("Warning", f"299 - {json.dumps(w)}") for w in warnings)
+            response = _Response(response.code, response.body, response.headers + headers)
+        return response
 
     def _handle(self, method: str, route: _Route, params: Mapping[str, str], raw: bytes) -> _Response:
         store = self.server.api.store
