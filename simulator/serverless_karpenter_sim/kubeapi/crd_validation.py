@@ -250,7 +250,7 @@ def _validate_object(schema: Schema, value: dict[str, Any], old: Any, path: str,
     properties: Mapping[str, Schema] = schema.get("properties") or {}
     extra = schema.get("additionalProperties")
     old_map = old if isinstance(old, dict) else {}
-    for key, item in value.items():
+    for key, item in sorted(value.items()):  # upstream lists field errors in path order
         if key in properties:
             validate(properties[key], item, old_map.get(key, MISSING), _child(path, key), found)
         elif isinstance(extra, Mapping):
@@ -265,7 +265,7 @@ def validate_rules(schema: Schema, value: Any, old: Any, path: str, found: Findi
         properties: Mapping[str, Schema] = schema.get("properties") or {}
         extra = schema.get("additionalProperties")
         old_map = old if isinstance(old, dict) else {}
-        for key, item in value.items():
+        for key, item in sorted(value.items()):  # upstream lists field errors in path order
             if key in properties:
                 validate_rules(properties[key], item, old_map.get(key, MISSING), _child(path, key), found)
             elif isinstance(extra, Mapping):
