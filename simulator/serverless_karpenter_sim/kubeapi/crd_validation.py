@@ -127,9 +127,9 @@ def default(schema: Schema, value: Any) -> Any:
                 out[key] = json.loads(json.dumps(sub["default"]))
                 changed = True
         for key, item in out.items():
-            sub = properties.get(key) or (extra if isinstance(extra, Mapping) else None)
-            if sub is not None:
-                defaulted = default(sub, item)
+            item_schema = properties.get(key) or (extra if isinstance(extra, Mapping) else None)
+            if item_schema is not None:
+                defaulted = default(item_schema, item)
                 changed = changed or defaulted is not item
                 out[key] = defaulted
         return out if changed else value

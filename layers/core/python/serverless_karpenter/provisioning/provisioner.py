@@ -483,7 +483,9 @@ class Provisioner:
         """Say on each NodePool whether it passed validation (conditions and, when not, a Warning Event),
         writing only what changed. A status write that fails is retried by the next pass."""
         kube, now = self.plane.kube, self.plane.clock.now()
-        verdicts = [(inv.manifest, inv.problem) for inv in state.invalid_nodepools]
+        verdicts: list[tuple[Mapping[str, Any], str | None]] = [
+            (inv.manifest, inv.problem) for inv in state.invalid_nodepools
+        ]
         verdicts += [(manifest, None) for manifest in state.nodepools]
         for manifest, problem in verdicts:
             name = manifest["metadata"]["name"]
