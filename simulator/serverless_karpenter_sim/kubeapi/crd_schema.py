@@ -39,6 +39,7 @@ _NOT_CHECKED = (
     "complete validation"
 )
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, when built with it
 _field_validation: contextvars.ContextVar[str] = contextvars.ContextVar("field_validation", default="Warn")
 _warnings: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("crd_warnings", default=None)
 _bypass: contextvars.ContextVar[bool] = contextvars.ContextVar("crd_bypass", default=False)
@@ -55,7 +56,7 @@ class CrdSchema:
 
 
 def _load(path: Path) -> list[CrdSchema]:
-    document = yaml.safe_load(path.read_text())
+    document = yaml.load(path.read_text(), Loader=_YAML_LOADER)
     spec = document["spec"]
     return [
         CrdSchema(
