@@ -22,6 +22,7 @@ VALIDATION_SUCCEEDED = "ValidationSucceeded"
 READY = "Ready"
 VALIDATION_FAILED = "NodePoolValidationFailed"
 UNHEALTHY_DEPENDENTS = "UnhealthyDependents"
+MAX_CONDITION_MESSAGE = 32768  # the CRD's maxLength for a condition's message
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ def conditions_after_validation(
     ]
     by_type = {c.get("type"): c for c in conditions}
     generation = int((manifest.get("metadata") or {}).get("generation") or 0)
+    if problem is not None:
+        problem = problem[:MAX_CONDITION_MESSAGE]
     validation = by_type.get(VALIDATION_SUCCEEDED)
     if problem is None:
         if validation is None or validation.get("status") == "True":
