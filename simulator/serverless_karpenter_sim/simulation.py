@@ -269,7 +269,10 @@ class Simulation:
             name = manifest.get("metadata", {}).get("name")
             if (group, kind) in KARPENTER_PLURALS:
                 version, plural = KARPENTER_PLURALS[(group, kind)]
-                custom.create_cluster_custom_object(group, version, plural, manifest)
+                # As `kubectl apply` sends it: an unknown field is an error, not silently dropped.
+                custom.create_cluster_custom_object(
+                    group, version, plural, manifest, field_validation="Strict"
+                )
             else:
                 k8s_utils.create_from_dict(self.api_client, manifest)
             self.note(f"applied {kind} {name}")

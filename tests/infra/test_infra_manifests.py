@@ -98,6 +98,15 @@ def gateway_permissions() -> set[tuple[str, str, str]]:
     plurals = {
         n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in CUSTOM_RESOURCE_GROUPS
     }
+    # A call that names its plural (call(self.custom.<method>, group, version, "nodepools", ...)) needs that
+    # plural alone; one through a helper that takes the plural as a variable may touch any of them.
+    named: dict[int, set[str]] = {}
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call):
+            constants = {a.value for a in call.args if isinstance(a, ast.Constant) and a.value in plurals}
+            for arg in call.args:
+                if constants and isinstance(arg, ast.Attribute):
+                    named[id(arg)] = constants
     needed: set[tuple[str, str, str]] = set()
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)):
@@ -109,7 +118,7 @@ def gateway_permissions() -> set[tuple[str, str, str]]:
             match = CUSTOM_METHOD.match(node.attr)
             assert match, f"unmapped custom-object call {node.attr}"
             verb = {"get": "get", "replace": "update"}.get(match[1], match[1])
-            for name in plurals:
+            for name in named.get(id(node), plurals):
                 resource = name + "/status" if match["status"] else name
                 needed.add((CUSTOM_RESOURCE_GROUPS[name], resource, verb))
         elif api_class is not None:
@@ -305,7 +314,7 @@ def test_crds_accept_the_manifests_users_already_have() -> None:
         ("NodePool", {"spec": {"weight": 0}}, "less than the minimum"),
         ("NodePool", {"spec": {"disruption": {"consolidationPolicy": "WhenUnderutilized"}}}, "is not one of"),
         ("EC2NodeClass", {"spec": {"amiFamily": "Ubuntu"}}, "is not one of"),
-        ("EC2NodeClass", {"spec": {"subnetSelectorTerms": []}}, "should be non-empty"),
+        ("EC2NodeClass", {"spec": {"amiSelectorTerms": []}}, "should be non-empty"),
     ],
 )
 def test_crds_reject_what_karpenter_rejects(kind: str, patch: dict[str, Any], message: str) -> None:

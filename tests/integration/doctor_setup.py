@@ -59,7 +59,7 @@ def nodeclass(kms_key: str, **changes: Any) -> dict[str, Any]:
         "blockDeviceMappings": [
             {
                 "deviceName": "/dev/xvda",
-                "ebs": {"volumeSize": "50Gi", "volumeType": "gp3", "encrypted": True, "kmsKeyId": kms_key},
+                "ebs": {"volumeSize": "50Gi", "volumeType": "gp3", "encrypted": True, "kmsKeyID": kms_key},
             }
         ],
     }

@@ -319,7 +319,12 @@ def test_cluster_scoped_custom_resources_are_not_namespaced(kube: Kube) -> None:
             "apiVersion": "karpenter.k8s.aws/v1",
             "kind": "EC2NodeClass",
             "metadata": {"name": "default"},
-            "spec": {"role": "KarpenterNodeRole"},
+            "spec": {
+                "role": "KarpenterNodeRole",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+            },
         },
     )
     assert nodeclass["kind"] == "EC2NodeClass"
@@ -331,7 +336,7 @@ def test_cluster_scoped_custom_resources_are_not_namespaced(kube: Kube) -> None:
             "apiVersion": "karpenter.sh/v1alpha1",
             "kind": "NodeOverlay",
             "metadata": {"name": "price"},
-            "spec": {"priceAdjustment": "-10%"},
+            "spec": {"requirements": [], "priceAdjustment": "-10%"},
         },
     )
     assert overlay["apiVersion"] == "karpenter.sh/v1alpha1"

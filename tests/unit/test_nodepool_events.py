@@ -24,7 +24,12 @@ def pool(name: str, nodeclass: str, *requirements: dict[str, Any]) -> dict[str, 
         "kind": "NodePool",
         "metadata": {"name": name, "uid": f"uid-{name}"},
         "spec": {
-            "template": {"spec": {"nodeClassRef": {"name": nodeclass}, "requirements": list(requirements)}}
+            "template": {
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": nodeclass},
+                    "requirements": list(requirements),
+                }
+            }
         },
     }
 

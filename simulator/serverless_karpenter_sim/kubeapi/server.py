@@ -40,7 +40,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import kubernetes.client
 from serverless_karpenter.clock import Clock
 
-from . import codec, kinds, kubectl_support, selectors, tls
+from . import codec, crd_schema, kinds, kubectl_support, selectors, tls
 from .audit import Audit
 from .errors import REASONS, ApiError, bad_request, method_not_allowed, unauthorized
 from .faults import FaultInjector, FaultRule
@@ -330,16 +330,20 @@ class _Handler(BaseHTTPRequestHandler):
                 assert route.kind is not None
                 self._serve_watch(route.kind, route.namespace, params, drop=drop)
                 return
-            warnings = kubectl_support.field_warnings(
-                method, route.kind, route.subresource, params, self.headers, raw
+            # Custom resources are pruned and validated against their CRD by the store (crd_schema, under
+            # _handle_with_warnings); built-in kinds against their published OpenAPI schema here.
+            warnings = (
+                kubectl_support.field_warnings(method, route.kind, route.subresource, params, self.headers, raw)
+                if route.kind is None or crd_schema.schema_for(route.kind) is None
+                else ()
             )
             dry_run = params.get("dryRun")
             if dry_run is not None and method != "GET":
                 if dry_run != "All":
                     raise bad_request(f'unsupported dry run directive: "{dry_run}"; the only one is "All"')
-                response = api.store.dry_run(lambda: self._handle(method, route, params, raw))
+                response = api.store.dry_run(lambda: self._handle_with_warnings(method, route, params, raw))
             else:
-                response = self._handle(method, route, params, raw)
+                response = self._handle_with_warnings(method, route, params, raw)
             if warnings:
                 response = dataclasses.replace(response, headers=response.headers + warnings)
         except ApiError as err:
@@ -353,6 +357,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(response, drop=drop)
         except OSError:
             self.close_connection = True
+
+    def _handle_with_warnings(
+        self, method: str, route: _Route, params: Mapping[str, str], raw: bytes
+    ) -> _Response:
+        """``_handle`` under the request's ``fieldValidation``; a ``Warning`` header per unknown field."""
+        with crd_schema.request_context(params.get("fieldValidation")) as warnings:
+            response = self._handle(method, route, params, raw)
+        if warnings:
+            headers = tuple(("Warning", kubectl_support.warning_value(w)) for w in warnings)
+            response = _Response(response.code, response.body, response.headers + headers)
+        return response
 
     def _handle(self, method: str, route: _Route, params: Mapping[str, str], raw: bytes) -> _Response:
         store = self.server.api.store

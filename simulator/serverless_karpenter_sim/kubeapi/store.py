@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from serverless_karpenter.clock import Clock, parse_rfc3339, to_rfc3339
 
-from . import codec, patch, policy, selectors
+from . import codec, crd_schema, patch, policy, selectors
 from .audit import Audit, BudgetViolation, EvictionRecord
 from .errors import (
     STALE_OBJECT,
@@ -273,6 +273,10 @@ class Store:
         """What a reader of ``kind`` sees: converted (events.k8s.io) or with live status (PDBs)."""
         if kind.from_storage is not None:
             return kind.from_storage(entry.obj)
+        if kind.custom:
+            defaulted = crd_schema.present(kind, entry.obj)
+            if defaulted is not entry.obj:
+                return defaulted
         if kind is _PDBS:
             namespace = _meta(entry.obj).get("namespace") or ""
             pods = [e.obj for e in self._entries(_PODS.resource_id, namespace)]
@@ -443,6 +447,7 @@ class Store:
         if "status" in kind.subresources and not kind.keep_status_on_create:
             obj.pop("status", None)
         _apply_create_defaults(kind, obj, now)
+        obj = crd_schema.admit(kind, obj, None)
         self._validate(kind, obj, None)
         entry = self._commit(kind, "ADDED", key, obj, None)
         if kind.resource_id == _CORE_EVENTS.resource_id:
@@ -607,6 +612,7 @@ class Store:
                 else:
                     new["status"] = old["status"]
         new["metadata"] = {**_meta(new), "resourceVersion": old_meta.get("resourceVersion")}
+        new = crd_schema.admit(kind, new, old)
         self._validate(kind, new, old)
         if _spec_part(new) != _spec_part(old):
             new["metadata"]["generation"] = int(old_meta.get("generation") or 0) + 1

@@ -195,6 +195,30 @@ class KubernetesGateway:
     def list_nodepools(self) -> list[JSON]:
         return self._list_cluster_custom(KARPENTER_GROUP, "v1", "nodepools")
 
+    def patch_nodepool_conditions(self, nodepool: Mapping[str, Any], conditions: list[JSON]) -> bool:
+        """Replace a NodePool's status conditions, as of the resourceVersion it was read at (a merge patch
+        replaces the whole list, so a concurrent writer must make this fail, not be overwritten). False
+        when the NodePool changed or went away meanwhile: the next pass sees it afresh."""
+        meta = nodepool["metadata"]
+        body = {
+            "metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "status": {"conditions": conditions},
+        }
+        try:
+            call(
+                self.custom.patch_cluster_custom_object_status,
+                KARPENTER_GROUP,
+                "v1",
+                "nodepools",
+                meta["name"],
+                body,
+            )
+        except KubernetesError as error:
+            if error.status in (404, 409):
+                return False
+            raise
+        return True
+
     def list_ec2nodeclasses(self) -> list[JSON]:
         return self._list_cluster_custom(KARPENTER_AWS_GROUP, "v1", "ec2nodeclasses")
 

@@ -91,7 +91,18 @@ def omitempty(default_factory: Callable[[], Any], **kwargs: Any) -> Any:
 
 # Kubernetes integers and booleans are typed: ``weight: "5"`` or ``weight: true`` is rejected by the API
 # server, so it is rejected here too.
-Int = Annotated[int, Strict()]
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _within_int64(value: int) -> int:
+    # The API server decodes integers into int64; a larger one is no integer to it, so none to us.
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise RuleError(f"must be an integer that fits in 64 bits (got {value})")
+    return value
+
+
+# Whole numbers only (YAML's `1.0` or "1" are errors), as the API server's int64 fields.
+Int = Annotated[int, Strict(), AfterValidator(_within_int64)]
 Bool = Annotated[bool, Strict()]
 
 
@@ -173,7 +184,7 @@ def qualified_name_problem(key: str) -> str | None:
     prefix, _, name = key.rpartition("/")
     if "/" in key and not prefix:
         return f"the prefix before '/' must not be empty (got {key!r})"
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
         return (
             f"the prefix {prefix!r} must be a DNS subdomain: lowercase letters, digits, '-' and '.', "
             f"at most 253 characters (got {key!r})"
@@ -182,7 +193,7 @@ def qualified_name_problem(key: str) -> str | None:
         return f"the name after the prefix must not be empty (got {key!r})"
     if len(name) > 63:
         return f"the name part must be at most 63 characters (got {len(name)} in {key!r})"
-    if not _NAME_PART.match(name):
+    if not _NAME_PART.fullmatch(name):
         return (
             "must be a qualified name: letters, digits, '-', '_' and '.', starting and ending with a letter "
             f"or digit, with an optional DNS prefix and '/' (got {key!r})"
@@ -194,7 +205,7 @@ def label_value_problem(value: str) -> str | None:
     """Why ``value`` is not a valid Kubernetes label value, or None when it is one."""
     if len(value) > 63:
         return f"must be at most 63 characters (got {len(value)} in {value!r})"
-    if not _LABEL_VALUE.match(value):
+    if not _LABEL_VALUE.fullmatch(value):
         return (
             "must be empty or letters, digits, '-', '_' and '.', starting and ending with a letter or digit "
             f"(got {value!r})"
@@ -203,7 +214,7 @@ def label_value_problem(value: str) -> str | None:
 
 
 def dns_subdomain_problem(name: str) -> str | None:
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
         return (
             "must be a DNS subdomain: lowercase letters, digits, '-' and '.', starting and ending with a "
             f"letter or digit, at most 253 characters (got {name!r})"
@@ -336,7 +347,7 @@ def format_duration(value: timedelta | None) -> str:
 
 
 def _check_nillable_duration(text: str) -> str:
-    if text != NEVER and not _KARPENTER_DURATION.match(text):
+    if text != NEVER and not _KARPENTER_DURATION.fullmatch(text):
         raise RuleError(
             f"must be a duration of whole hours, minutes and seconds such as 720h, 1h30m or 30s, "
             f"or Never (got {show(text)})"
@@ -345,7 +356,7 @@ def _check_nillable_duration(text: str) -> str:
 
 
 def _check_duration(text: str) -> str:
-    if not _KARPENTER_DURATION.match(text):
+    if not _KARPENTER_DURATION.fullmatch(text):
         raise RuleError(
             "must be a duration of whole hours, minutes and seconds such as 48h, 1h30m or 30s "
             f"(got {show(text)})"
@@ -354,7 +365,7 @@ def _check_duration(text: str) -> str:
 
 
 def _check_budget_duration(text: str) -> str:
-    if not _BUDGET_DURATION.match(text):
+    if not _BUDGET_DURATION.fullmatch(text):
         raise RuleError(
             f"must be a duration in hours and minutes only, such as 8h, 30m or 1h30m (got {show(text)})"
         )
@@ -479,7 +490,7 @@ class NodeClassReference(SpecModel):
             )
         return group
 
-    @field_validator("kind", "name")
+    @field_validator("group", "kind", "name")
     @classmethod
     def _not_empty(cls, value: str) -> str:
         if not value:

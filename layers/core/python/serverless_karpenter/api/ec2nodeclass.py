@@ -95,7 +95,7 @@ def _pattern(regex: str, example: str) -> AfterValidator:
     compiled = re.compile(regex)
 
     def check(value: str) -> str:
-        if not compiled.match(value):
+        if not compiled.fullmatch(value):
             raise RuleError(f"must look like {example} (got {show(value)})")
         return value
 
@@ -191,14 +191,14 @@ class AMIAlias(NamedTuple):
 def _check_alias(alias: str) -> str:
     if len(alias) > 30:
         raise RuleError(f"must be at most 30 characters (got {len(alias)})")
-    if not _ALIAS.match(alias):
+    if not _ALIAS.fullmatch(alias):
         raise RuleError(f"must have the form family@version, such as al2023@latest (got {show(alias)})")
     family, _, version = alias.partition("@")
     if family not in ALIAS_FAMILIES:
         raise RuleError(f"family must be one of {', '.join(ALIAS_FAMILIES)} (got {show(family)})")
     if family.startswith("windows") and version != ALIAS_VERSION_LATEST:
         raise RuleError(f"windows families only support the version 'latest' (got {show(alias)})")
-    if version != ALIAS_VERSION_LATEST and not _ALIAS_VERSION.match(version):
+    if version != ALIAS_VERSION_LATEST and not _ALIAS_VERSION.fullmatch(version):
         raise RuleError(
             f"version must be 'latest' or a release such as v20240625 (or v1.10.0 for bottlerocket) "
             f"(got {show(version)})"
@@ -240,7 +240,7 @@ def _eviction_problems(thresholds: dict[str, str]) -> list[tuple[Loc, str]]:
             problems.append(
                 ((signal,), f"is not an eviction signal; use one of: {', '.join(sorted(EVICTION_SIGNALS))}")
             )
-        elif not _EVICTION_PERCENT.match(threshold) and quantity_problem(threshold):
+        elif not _EVICTION_PERCENT.fullmatch(threshold) and quantity_problem(threshold):
             problems.append(
                 (
                     (signal,),
@@ -343,7 +343,7 @@ class KubeletConfiguration(SpecModel):
 
 
 def _check_volume_size(size: str) -> str:
-    match = _VOLUME_SIZE.match(size)
+    match = _VOLUME_SIZE.fullmatch(size)
     if not match or not 1 <= int(match.group(1)) <= _VOLUME_SIZE_MAX[match.group(2)]:
         raise RuleError(
             f"must be a whole number of Gi, G, Ti or T, from 1 up to 59000Gi, 64000G, 58Ti or 64T "

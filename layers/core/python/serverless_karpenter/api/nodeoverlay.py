@@ -43,13 +43,13 @@ def _number_as_text(value: Any) -> Any:
 
 
 def _check_price(price: str) -> str:
-    if not _PRICE.match(price):
+    if not _PRICE.fullmatch(price):
         raise RuleError(f"must be a non-negative decimal price such as 0.25 (got {show(price)})")
     return price
 
 
 def _check_price_adjustment(adjustment: str) -> str:
-    if not _PRICE_ADJUSTMENT.match(adjustment):
+    if not _PRICE_ADJUSTMENT.fullmatch(adjustment):
         raise RuleError(
             "must be a signed amount such as +0.01 or -0.5, or a percentage such as +10% or -20% "
             f"(a decrease of at most 100%) (got {show(adjustment)})"

@@ -143,7 +143,7 @@ _CRON_MACROS = frozenset({"@annually", "@yearly", "@monthly", "@weekly", "@daily
 
 
 def _check_budget_nodes(nodes: str) -> str:
-    if not _BUDGET_NODES.match(nodes):
+    if not _BUDGET_NODES.fullmatch(nodes):
         raise RuleError(f"must be a count such as 5 or a percentage such as 10% (got {show(nodes)})")
     return nodes
 

@@ -655,13 +655,13 @@ def check_kms_keys(facts: Facts) -> list[CheckResult]:
     launcher = facts.launch_role_arn
     for nc in facts.nodeclasses:
         for key in nc.kms_keys:
-            where = f'EC2NodeClass "{nc.name}" blockDeviceMappings kmsKeyId {key.key_id}'
+            where = f'EC2NodeClass "{nc.name}" blockDeviceMappings kmsKeyID {key.key_id}'
             if not key.exists or not key.enabled:
                 out.append(
                     _fail(
                         CheckId.KMS_KEYS,
                         f"{where}: the key is missing or disabled, so every node dies at launch",
-                        "point kmsKeyId at an enabled key in this region (aws kms describe-key --key-id ...)",
+                        "point kmsKeyID at an enabled key in this region (aws kms describe-key --key-id ...)",
                     )
                 )
                 continue

@@ -459,9 +459,9 @@ class Gatherer:
                 if _code(error) != "NoSuchEntity":
                     raise
         keys = {
-            str((m.get("ebs") or {}).get("kmsKeyId"))
+            str((m.get("ebs") or {}).get("kmsKeyID"))
             for m in spec.get("blockDeviceMappings") or []
-            if (m.get("ebs") or {}).get("kmsKeyId")
+            if (m.get("ebs") or {}).get("kmsKeyID")
         }
         facts.kms_keys = [self.kms_key(k) for k in sorted(keys)]
         return facts

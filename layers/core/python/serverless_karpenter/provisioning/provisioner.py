@@ -21,6 +21,12 @@ from serverless_karpenter.lifecycle.launch import launch_record
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane, InstanceTypeProvider
+from serverless_karpenter.provisioning.nodepool_validation import (
+    VALIDATION_FAILED,
+    InvalidNodePool,
+    conditions_after_validation,
+    split_usable,
+)
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.requirements import Requirements
@@ -200,6 +206,12 @@ class ClusterState:
     volumes: VolumeIndex | None = None
     # Why each EC2NodeClass in nodeclass_specs but not in resolved is not ready.
     nodeclass_errors: Mapping[str, str] = field(default_factory=dict)
+    # NodePools Karpenter's validation rejects: kept out of ``nodepools``, so that one bad NodePool is
+    # skipped alone and never stops the others (see nodepool_validation).
+    invalid_nodepools: list[InvalidNodePool] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.nodepools, self.invalid_nodepools = split_usable(self.nodepools)
 
 
 def simulate_provisioning(
@@ -223,6 +235,8 @@ def simulate_provisioning(
     templates, problems = build_templates(
         state.nodepools, state.resolved, state.nodeclass_specs, plane, state.daemonsets, usage
     )
+    for invalid in state.invalid_nodepools:
+        problems[invalid.name] = f"NodePool is not valid: {invalid.problem}"
     capacity = existing_capacity(state.nodes, state.bound_pods, state.records)
     result = Scheduler(templates, capacity, namespaces=state.namespaces, volumes=state.volumes).solve(pending)
     for reasons in result.unschedulable.values():
@@ -434,6 +448,7 @@ class Provisioner:
         offered = {t.nodeclass: t.instance_types for t in templates}
         for warning in nodepool_warnings(state, result.unschedulable, offered):
             plane.kube.record_event(warning.nodepool, warning.reason, warning.message, "Warning")
+        self.report_validation(state)
         metrics.add_metric(
             name=MetricName.PODS_UNSCHEDULABLE, unit=MetricUnit.Count, value=len(result.unschedulable)
         )
@@ -463,6 +478,31 @@ class Provisioner:
                 record.name
             )
         return outcome
+
+    def report_validation(self, state: ClusterState) -> None:
+        """Say on each NodePool whether it passed validation (conditions and, when not, a Warning Event),
+        writing only what changed. A status write that fails is retried by the next pass."""
+        kube, now = self.plane.kube, self.plane.clock.now()
+        verdicts: list[tuple[Mapping[str, Any], str | None]] = [
+            (inv.manifest, inv.problem) for inv in state.invalid_nodepools
+        ]
+        verdicts += [(manifest, None) for manifest in state.nodepools]
+        for manifest, problem in verdicts:
+            name = manifest["metadata"]["name"]
+            if problem is not None:
+                logger.warning(
+                    "NodePool is not valid; skipping it", extra={"nodepool": name, "error": problem}
+                )
+                kube.record_event(manifest, VALIDATION_FAILED, problem, "Warning")
+            conditions = conditions_after_validation(manifest, problem, now)
+            if conditions is None:
+                continue
+            try:
+                kube.patch_nodepool_conditions(manifest, conditions)
+            except KubernetesError as error:
+                logger.warning(
+                    "could not write NodePool status", extra={"nodepool": name, "error": str(error)}
+                )
 
     def create_record(
         self, claim: NewNodeClaim, nodepool: NodePool | None, nodeclass: EC2NodeClass | None
