@@ -7,6 +7,7 @@ follow fieldValidation; defaults apply on create, update and read; transition ru
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.clock import ManualClock
-from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration, crd_schema
+from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration, crd_schema, tls
 from serverless_karpenter_sim.kubeapi.kinds import kind_of
 
 from tests.crd_cases import BASES, CEL_CASES, NODEPOOL, RESOURCES, SCHEMA_CASES, Case, merge
@@ -105,7 +106,8 @@ def test_unknown_fields_follow_field_validation(
         headers={"Content-Type": "application/json", "Authorization": "Bearer k8s-aws-v1.local"},
         method="POST",
     )
-    with urllib.request.urlopen(request) as response:
+    trusting = ssl.create_default_context(cafile=tls.local_authority().ca_file)
+    with urllib.request.urlopen(request, context=trusting) as response:
         assert response.status == 201
         assert response.headers["Warning"] == '299 - "unknown field \\"spec.wieght\\""'
     stored = custom.get_cluster_custom_object(*RESOURCES["NodePool"], "typo")

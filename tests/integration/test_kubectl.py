@@ -19,7 +19,8 @@ from serverless_karpenter_sim.kubeapi.kubeconfig import write_kubeconfig
 from serverless_karpenter_sim.scenario import load_scenario
 from serverless_karpenter_sim.simulation import Simulation
 
-from tests.integration.simulate import deployment, simulation
+from tests.builders import deployment
+from tests.integration.simulate import simulation
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,8 @@ from serverless_karpenter_cli import simulate
 from serverless_karpenter_cli.connection import LOCAL_ENV, read_local_env
 from serverless_karpenter_cli.main import main
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, write_scenario
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import write_scenario
 
 pytestmark = pytest.mark.integration
 

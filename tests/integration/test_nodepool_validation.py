@@ -18,7 +18,8 @@ from serverless_karpenter_sim.kubeapi.errors import ApiError
 from serverless_karpenter_sim.kubeapi.kinds import kind_of
 from serverless_karpenter_sim.simulation import Simulation
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import simulation
 
 pytestmark = pytest.mark.integration
 
