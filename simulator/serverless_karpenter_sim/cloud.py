@@ -342,9 +342,13 @@ def seed_stack(cloud: SimulatedCloud) -> DeployedStack:
     outputs: dict[str, str] = {}
     roles: dict[str, str] = {}
     for function in naming.FUNCTION_NAMES:
-        role = iam.create_role(
-            RoleName=f"{name}-{function}-role"[:64], AssumeRolePolicyDocument=json.dumps(lambda_trust)
-        )["Role"]["Arn"]
+        role_name = f"{name}-{function}-role"[:64]
+        try:  # the simulation made the functions' roles already, to run them with their credentials
+            role = iam.get_role(RoleName=role_name)["Role"]["Arn"]
+        except iam.exceptions.NoSuchEntityException:
+            role = iam.create_role(RoleName=role_name, AssumeRolePolicyDocument=json.dumps(lambda_trust))[
+                "Role"
+            ]["Arn"]
         physical = f"{naming.stack_name(name)}-{function}"
         cloud.client("lambda").create_function(
             FunctionName=physical,

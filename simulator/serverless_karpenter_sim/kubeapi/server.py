@@ -37,10 +37,12 @@ import kubernetes.client
 from serverless_karpenter.clock import Clock
 
 from . import codec, kinds, selectors
+from .access import ADMIN_USER, AccessControl
 from .audit import Audit
 from .errors import REASONS, ApiError, bad_request, method_not_allowed, unauthorized
 from .faults import FaultInjector, FaultRule
 from .kinds import Kind
+from .rbac import SUPERUSER_GROUP
 from .store import Page, Query, Result, Store, render
 
 log = logging.getLogger(__name__)
@@ -258,17 +260,17 @@ class _Handler(BaseHTTPRequestHandler):
                     _json_response(200, api.version_info()) if path == "/version" else _Response(200, b"ok")
                 )
                 return
-            prefix = api.require_bearer_prefix
-            if prefix is not None and not (self.headers.get("Authorization") or "").startswith(
-                f"Bearer {prefix}"
-            ):
+            user = api.access.authenticate(self.headers.get("Authorization") or "")
+            if user is None:
                 self._send(_error_response(unauthorized()))
                 return
             segments = [unquote(s) for s in path.split("/") if s]
             if not segments or segments[0] not in ("api", "apis"):
+                api.access.authorize_path(user, method, path)
                 raise _not_found_path()
             route = _parse_route(segments)
             if not isinstance(route, _Route):
+                api.access.authorize_path(user, method, path)
                 if method != "GET":
                     raise method_not_allowed()
                 if route.get("kind") == "APIVersions":
@@ -282,6 +284,15 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             watch = params.get("watch") in ("true", "1")
             verb = _verb(method, route, watch)
+            api.access.authorize_resource(
+                user,
+                verb,
+                group=route.kind.group if route.kind else "",
+                resource=route.kind.plural if route.kind else "bindings",
+                subresource=route.subresource or "",
+                namespace=route.namespace or "",
+                name=route.name or "",
+            )
             api.audit.count_request(verb)
             rule = api.faults.take(verb, route.resource, route.namespace, route.name)
             if rule is not None and rule.status == "timeout":
@@ -507,17 +518,16 @@ class KubeApiServer:
         self,
         clock: Clock,
         *,
-        require_bearer_prefix: str | None = "k8s-aws-v1.",
         watch_history: int = 10_000,
         event_ttl_seconds: float = 3600.0,
     ) -> None:
         self.clock = clock
-        self.require_bearer_prefix = require_bearer_prefix
         self.audit = Audit()
         self.faults = FaultInjector()
         self.store = Store(
             clock, self.audit, watch_history=watch_history, event_ttl_seconds=event_ttl_seconds
         )
+        self.access = AccessControl(self.store)
         self.url = ""
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
@@ -559,6 +569,12 @@ class KubeApiServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def client_configuration(
+        self, user: str = ADMIN_USER, groups: tuple[str, ...] = (SUPERUSER_GROUP,)
+    ) -> kubernetes.client.Configuration:
+        """A client configuration whose static token is ``user`` in ``groups`` (an admin by default)."""
+        return client_configuration(self.url, self.access.tokens.issue(user, groups))
+
     def version_info(self) -> dict[str, str]:
         major, minor = self.kubernetes_version
         return {
@@ -574,8 +590,9 @@ class KubeApiServer:
         }
 
 
-def client_configuration(url: str, token: str = "k8s-aws-v1.local") -> kubernetes.client.Configuration:
-    """A client configuration for the simulated server, with an EKS-style bearer token."""
+def client_configuration(url: str, token: str) -> kubernetes.client.Configuration:
+    """A client configuration for the simulated server with a bearer token (see
+    :meth:`KubeApiServer.client_configuration` for one the server knows)."""
     configuration = kubernetes.client.Configuration(host=url)
     configuration.api_key = {"BearerToken": token}
     configuration.api_key_prefix = {"BearerToken": "Bearer"}

@@ -1,0 +1,199 @@
+"""EKS authentication of ``k8s-aws-v1.`` bearer tokens, for the simulated API server.
+
+On EKS, aws-iam-authenticator takes the presigned STS ``GetCallerIdentity`` URL inside the token, has STS
+check it (with the ``x-k8s-aws-id`` header naming the cluster, which the signature covers), and maps the
+caller's IAM principal to a Kubernetes user and groups: through the cluster's access entries first, then,
+in a ``CONFIG_MAP`` or ``API_AND_CONFIG_MAP`` cluster, through the ``aws-auth`` ConfigMap. This does the
+same against the simulated account (moto in this process):
+
+- the URL must be STS's, for ``GetCallerIdentity``, signed with SigV4 over ``host`` and ``x-k8s-aws-id``;
+- the signature must verify with the secret of the access key it names, for this cluster's name, so a
+  token made for another cluster or with made-up credentials is refused;
+- it is good for 15 minutes after its ``X-Amz-Date`` (STS ignores ``X-Amz-Expires`` for this call), on the
+  wall clock, which is STS's;
+- the key must be one moto issued: an assumed role's (the principal is its role) or an IAM user's;
+- the principal needs an access entry (``username`` and ``kubernetesGroups``, ``{{SessionName}}`` and
+  ``{{AccountID}}`` filled in) or an ``aws-auth`` mapping. Anything else is 401, as on EKS.
+
+Not modelled: access policies (``AmazonEKSClusterAdminPolicy`` and the like, whose rights EKS's own
+authorizer adds), the cluster creator's implicit admin entry, ``{{EC2PrivateDNSName}}`` for node roles
+(simulated kubelets hold static tokens).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from calendar import timegm
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import yaml
+from botocore.auth import SigV4QueryAuth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from serverless_karpenter.adapters.eks_token import CLUSTER_ID_HEADER, TOKEN_PREFIX, decode_token
+
+from serverless_karpenter_sim import eks_access
+from serverless_karpenter_sim.kubeapi.rbac import UserInfo
+
+log = logging.getLogger(__name__)
+
+TOKEN_LIFETIME_SECONDS = 15 * 60
+_SIGNED_HEADERS = f"host;{CLUSTER_ID_HEADER}"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The IAM principal a token was signed by."""
+
+    principal_arn: str  # the role's ARN for an assumed role, else the user's
+    account: str
+    session_name: str
+
+
+def _verified_query(token: str, cluster_name: str, now: float) -> dict[str, str] | None:
+    try:
+        url = urlsplit(decode_token(token))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    host = url.hostname or ""
+    if url.scheme != "https" or not (host == "sts.amazonaws.com" or host.startswith("sts.")):
+        return None
+    query = dict(parse_qsl(url.query))
+    if query.get("Action") != "GetCallerIdentity" or query.get("X-Amz-SignedHeaders") != _SIGNED_HEADERS:
+        return None
+    try:
+        signed_at = timegm(time.strptime(query["X-Amz-Date"], "%Y%m%dT%H%M%SZ"))
+    except (KeyError, ValueError):
+        return None
+    if not 0 <= now - signed_at <= TOKEN_LIFETIME_SECONDS:
+        return None
+    query["_base"] = f"{url.scheme}://{url.netloc}{url.path}"
+    query["_cluster"] = cluster_name
+    return query
+
+
+def signature_holds(query: Mapping[str, str], secret_key: str) -> bool:
+    """Whether the presigned URL's SigV4 signature is the one ``secret_key`` makes for this cluster."""
+    params = {k: v for k, v in query.items() if not k.startswith("_") and k != "X-Amz-Signature"}
+    access_key, _, scope = query.get("X-Amz-Credential", "").partition("/")
+    parts = scope.split("/")
+    if len(parts) != 4 or parts[2] != "sts":
+        return False
+    request = AWSRequest(
+        method="GET",
+        url=f"{query['_base']}?{urlencode(params)}",
+        headers={CLUSTER_ID_HEADER: query["_cluster"]},
+    )
+    request.context["timestamp"] = query["X-Amz-Date"]
+    credentials = Credentials(access_key, secret_key, query.get("X-Amz-Security-Token"))
+    signer = SigV4QueryAuth(credentials, "sts", parts[1], expires=int(query.get("X-Amz-Expires") or 60))
+    expected = signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
+    return hmac.compare_digest(expected, query.get("X-Amz-Signature", ""))
+
+
+def moto_caller(access_key: str) -> tuple[Caller, str] | None:
+    """The principal moto issued ``access_key`` to, and the key's secret."""
+    from moto.iam.models import iam_backends
+    from moto.sts.models import sts_backends
+
+    for account, by_partition in list(sts_backends.items()):
+        for backend in list(by_partition.values()):
+            role = backend.get_assumed_role_from_access_key(access_key)
+            if role is not None:
+                return Caller(role.role_arn, account, role.session_name), role.secret_access_key
+    for account, by_partition in list(iam_backends.items()):
+        for iam in list(by_partition.values()):
+            user = iam.get_user_from_access_key_id(access_key)
+            if user is None:
+                continue
+            key = next(k for k in iam.list_access_keys(user.name) if k.access_key_id == access_key)
+            return Caller(user.arn, account, user.name), key.secret_access_key
+    return None
+
+
+def _fill(template: str, caller: Caller) -> str:
+    return template.replace("{{SessionName}}", caller.session_name).replace("{{AccountID}}", caller.account)
+
+
+def _aws_auth_user(aws_auth: Mapping[str, Any] | None, caller: Caller) -> UserInfo | None:
+    """The mapping ``aws-auth`` gives the caller (mapRoles for roles, mapUsers for users)."""
+    data = (aws_auth or {}).get("data") or {}
+    for key, arn_field in (("mapRoles", "rolearn"), ("mapUsers", "userarn")):
+        for mapping in yaml.safe_load(data.get(key) or "[]") or []:
+            if isinstance(mapping, dict) and mapping.get(arn_field) == caller.principal_arn:
+                name = _fill(str(mapping.get("username") or caller.principal_arn), caller)
+                return UserInfo(name, tuple(mapping.get("groups") or ()))
+    return None
+
+
+class EksTokenAuthenticator:
+    """aws-iam-authenticator for one simulated cluster; ``aws_auth`` reads the ``aws-auth`` ConfigMap."""
+
+    def __init__(
+        self,
+        cluster_name: str,
+        region: str,
+        aws_auth: Callable[[], Mapping[str, Any] | None],
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cluster_name = cluster_name
+        self.region = region
+        self._aws_auth = aws_auth
+        self._wall_clock = wall_clock
+
+    def authenticate(self, token: str) -> UserInfo | None:
+        if not token.startswith(TOKEN_PREFIX):
+            return None
+        query = _verified_query(token, self.cluster_name, self._wall_clock())
+        if query is None:
+            return None
+        found = moto_caller(query.get("X-Amz-Credential", "").split("/", 1)[0])
+        if found is None:
+            return None
+        caller, secret = found
+        if not signature_holds(query, secret):
+            return None
+        return self._map(caller)
+
+    def _cluster(self, account: str) -> Any:
+        from moto.eks.models import eks_backends
+
+        return eks_backends[account][self.region].clusters.get(self.cluster_name)
+
+    def _map(self, caller: Caller) -> UserInfo | None:
+        cluster = self._cluster(caller.account)
+        if cluster is None:
+            return None
+        mode = str(cluster.access_config["authenticationMode"])
+        if mode != eks_access.CONFIG_MAP:
+            entry = (vars(cluster).get("access_entries") or {}).get(caller.principal_arn)
+            if entry is not None and entry["type"] == "STANDARD":
+                return UserInfo(_fill(entry["username"], caller), tuple(entry["kubernetesGroups"]))
+        if mode != eks_access.API:
+            return _aws_auth_user(self._aws_auth(), caller)
+        return None
+
+
+def aws_auth_reader(store: Any) -> Callable[[], Mapping[str, Any] | None]:
+    """Reads ``kube-system/aws-auth`` from a simulated API server's store (None when absent)."""
+    from serverless_karpenter_sim.kubeapi.errors import ApiError
+    from serverless_karpenter_sim.kubeapi.kinds import kind_of
+
+    config_maps = kind_of("", "v1", "configmaps")
+
+    def read() -> Mapping[str, Any] | None:
+        try:
+            result = store.get(config_maps, "kube-system", "aws-auth")
+        except ApiError:
+            return None
+        obj: Mapping[str, Any] = result if isinstance(result, dict) else result.obj
+        return json.loads(json.dumps(obj))
+
+    return read
