@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 from serverless_karpenter import naming
 
-from serverless_karpenter_sim.cloud import SimulatedCloud
 from serverless_karpenter_sim.kubeapi import KubeApiServer
 from serverless_karpenter_sim.kubeapi.bootstrap_policy import SCHEDULER_USER
 from serverless_karpenter_sim.kubeapi.rbac import SUPERUSER_GROUP
+
+if TYPE_CHECKING:
+    from serverless_karpenter_sim.cloud import SimulatedCloud
 
 RBAC_MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
