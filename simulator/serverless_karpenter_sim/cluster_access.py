@@ -50,7 +50,9 @@ def function_role(cloud: SimulatedCloud, function: str) -> str:
     try:
         return str(iam.get_role(RoleName=name)["Role"]["Arn"])
     except iam.exceptions.NoSuchEntityException:
-        return str(iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(LAMBDA_TRUST))["Role"]["Arn"])
+        return str(
+            iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(LAMBDA_TRUST))["Role"]["Arn"]
+        )
 
 
 def grant_function_access(cloud: SimulatedCloud, function: str) -> dict[str, str]:
@@ -90,6 +92,10 @@ def component_clients(server: KubeApiServer) -> dict[str, k8s.ApiClient]:
     return {
         "driver": k8s.ApiClient(server.client_configuration()),
         "scheduler": k8s.ApiClient(server.client_configuration(SCHEDULER_USER, ())),
-        "controllers": k8s.ApiClient(server.client_configuration(CONTROLLER_MANAGER_USER, (SUPERUSER_GROUP,))),
-        "kubelets": k8s.ApiClient(server.client_configuration(KUBELETS_USER, ("system:nodes", SUPERUSER_GROUP))),
+        "controllers": k8s.ApiClient(
+            server.client_configuration(CONTROLLER_MANAGER_USER, (SUPERUSER_GROUP,))
+        ),
+        "kubelets": k8s.ApiClient(
+            server.client_configuration(KUBELETS_USER, ("system:nodes", SUPERUSER_GROUP))
+        ),
     }

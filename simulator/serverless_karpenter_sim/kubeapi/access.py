@@ -20,7 +20,14 @@ if TYPE_CHECKING:
 
 # The user kubeconfig files of the simulator's operator and scenario driver name (kubeadm's admin user).
 ADMIN_USER = "kubernetes-admin"
-_PATH_VERBS = {"GET": "get", "HEAD": "head", "POST": "post", "PUT": "put", "PATCH": "patch", "DELETE": "delete"}
+_PATH_VERBS = {
+    "GET": "get",
+    "HEAD": "head",
+    "POST": "post",
+    "PUT": "put",
+    "PATCH": "patch",
+    "DELETE": "delete",
+}
 
 
 class AccessControl:

@@ -49,7 +49,9 @@ CLUSTER_ROLES: dict[str, list[Obj]] = {
     ],
     "system:public-info-viewer": [_urls(("/healthz", "/livez", "/readyz", "/version", "/version/"))],
     "system:basic-user": [
-        _rule(("authorization.k8s.io",), ("selfsubjectaccessreviews", "selfsubjectrulesreviews"), ("create",)),
+        _rule(
+            ("authorization.k8s.io",), ("selfsubjectaccessreviews", "selfsubjectrulesreviews"), ("create",)
+        ),
         _rule(("authentication.k8s.io",), ("selfsubjectreviews",), ("create",)),
     ],
     SCHEDULER_USER: [

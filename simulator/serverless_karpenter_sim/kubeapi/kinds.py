@@ -302,7 +302,14 @@ KINDS: tuple[Kind, ...] = (
     Kind("rbac.authorization.k8s.io", "v1", "roles", "Role", True, name_rule="path"),
     Kind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, name_rule="path"),
     Kind("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, name_rule="path"),
-    Kind("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False, name_rule="path"),
+    Kind(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        False,
+        name_rule="path",
+    ),
     Kind(
         "karpenter.sh",
         "v1",

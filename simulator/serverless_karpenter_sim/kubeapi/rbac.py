@@ -191,9 +191,7 @@ def forbidden(attributes: Attributes, reason: str = "") -> ApiError:
     if not attributes.resource_request:
         why = f'User "{user}" cannot {attributes.verb} path "{attributes.path}"'
         return ApiError(403, f"forbidden: {why}" + (f": {reason}" if reason else ""), reason="Forbidden")
-    scope = (
-        f'in the namespace "{attributes.namespace}"' if attributes.namespace else "at the cluster scope"
-    )
+    scope = f'in the namespace "{attributes.namespace}"' if attributes.namespace else "at the cluster scope"
     why = (
         f'User "{user}" cannot {attributes.verb} resource "{attributes.combined_resource}" '
         f'in API group "{attributes.api_group}" {scope}'
