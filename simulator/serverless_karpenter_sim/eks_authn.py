@@ -15,13 +15,16 @@ same against the simulated account (moto in this process):
 - the principal needs an access entry (``username`` and ``kubernetesGroups``, ``{{SessionName}}`` and
   ``{{AccountID}}`` filled in) or an ``aws-auth`` mapping. Anything else is 401, as on EKS.
 
-Not modelled: access policies (``AmazonEKSClusterAdminPolicy`` and the like, whose rights EKS's own
-authorizer adds), the cluster creator's implicit admin entry, ``{{EC2PrivateDNSName}}`` for node roles
-(simulated kubelets hold static tokens).
+EKS's own authorizer runs after RBAC: the cluster creator's entry carries ``AmazonEKSClusterAdminPolicy``
+(see :mod:`.eks_access`), which allows everything (:meth:`EksTokenAuthenticator.authorizes`).
+
+Not modelled: the other access policies, ``{{EC2PrivateDNSName}}`` for node roles (simulated kubelets
+hold static tokens).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hmac
 import json
 import logging
@@ -39,7 +42,7 @@ from botocore.credentials import Credentials
 from serverless_karpenter.adapters.eks_token import CLUSTER_ID_HEADER, TOKEN_PREFIX, decode_token
 
 from serverless_karpenter_sim import eks_access
-from serverless_karpenter_sim.kubeapi.rbac import UserInfo
+from serverless_karpenter_sim.kubeapi.rbac import Attributes, UserInfo
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +120,10 @@ def moto_caller(access_key: str) -> tuple[Caller, str] | None:
     return None
 
 
+def _username_pattern(template: str) -> str:
+    return template.replace("{{SessionName}}", "*").replace("{{AccountID}}", "*")
+
+
 def _fill(template: str, caller: Caller) -> str:
     return template.replace("{{SessionName}}", caller.session_name).replace("{{AccountID}}", caller.account)
 
@@ -161,6 +168,22 @@ class EksTokenAuthenticator:
         if not signature_holds(query, secret):
             return None
         return self._map(caller)
+
+    def authorizes(self, attributes: Attributes) -> bool:
+        """EKS's own authorizer, after RBAC: a user whose access entry has the cluster admin access policy
+        (the cluster's creator) may do anything."""
+        from moto.eks.models import eks_backends
+
+        for by_region in list(eks_backends.values()):
+            cluster = by_region[self.region].clusters.get(self.cluster_name)
+            if cluster is None:
+                continue
+            for principal, entry in list((vars(cluster).get("access_entries") or {}).items()):
+                if fnmatch.fnmatchcase(
+                    attributes.user.name, _username_pattern(entry["username"])
+                ) and eks_access.has_cluster_admin_policy(cluster, principal):
+                    return True
+        return False
 
     def _cluster(self, account: str) -> Any:
         from moto.eks.models import eks_backends

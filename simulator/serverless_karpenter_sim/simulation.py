@@ -22,8 +22,8 @@ from serverless_karpenter.catalog import load_bundled_catalog
 from serverless_karpenter.clock import ManualClock
 from serverless_karpenter.config import Settings
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
-from serverless_karpenter.observability import NAMESPACE
 from serverless_karpenter.naming import FUNCTION_NAMES
+from serverless_karpenter.observability import NAMESPACE
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.runtime import build_control_plane, installed_control_plane, use_control_plane
 from serverless_karpenter.scheduling import pods as podlib
@@ -32,10 +32,10 @@ from serverless_karpenter.scheduling.resources import format_quantity
 from serverless_karpenter_sim.cloud import REGION, CloudResources, SimulatedCloud
 from serverless_karpenter_sim.cluster import KubeletFleet, NodeShape, SimInstance, WorkloadControllers
 from serverless_karpenter_sim.cluster import Scheduler as KubeScheduler
-from serverless_karpenter_sim.faults import FaultInjector
-from serverless_karpenter_sim.invariants import InvariantReport, Invariants
 from serverless_karpenter_sim.cluster_access import apply_rbac, component_clients, grant_function_access
 from serverless_karpenter_sim.eks_authn import EksTokenAuthenticator, aws_auth_reader
+from serverless_karpenter_sim.faults import FaultInjector
+from serverless_karpenter_sim.invariants import InvariantReport, Invariants
 from serverless_karpenter_sim.kubeapi import KubeApiServer
 from serverless_karpenter_sim.lambdas import LambdaRuntime
 from serverless_karpenter_sim.scenario import Scenario, Step
@@ -219,9 +219,10 @@ class Simulation:
     def start(self) -> None:
         self.resources = res = self.cloud.start()
         url = self.kube_server.start()
-        self.kube_server.access.use_webhook(
-            EksTokenAuthenticator(self.cluster_name, REGION, aws_auth_reader(self.kube_server.store))
+        eks_authenticator = EksTokenAuthenticator(
+            self.cluster_name, REGION, aws_auth_reader(self.kube_server.store)
         )
+        self.kube_server.access.use_webhook(eks_authenticator, eks_authenticator.authorizes)
         clients = component_clients(self.kube_server)
         self.api_client = clients["driver"]  # the scenario driver: the cluster's admin
         self.kube = KubernetesGateway(self.api_client, self.clock, component="simulator")
@@ -244,8 +245,10 @@ class Simulation:
         self.planes = {
             name: self._function_plane(grant_function_access(self.cloud, name)) for name in FUNCTION_NAMES
         }
-        self.plane = self.planes["provisioner"]  # what tests drive directly
-        use_control_plane(self.plane)
+        self.plane = self.planes["provisioner"]  # what tests drive as the functions do
+        # The process's own: the operator's tools (doctor, status, explain) run as the cluster's creator.
+        self.operator_plane = build_control_plane(self.settings, self.clock)
+        use_control_plane(self.operator_plane)
         watcher = self.lambdas.handler("watcher")
         # The watcher invokes the provisioner through Lambda; here that is an in-process call.
         watcher.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ through the RBAC policy stored in the server (:mod:`.rbac`), seeded with upstrea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .authn import Authenticators, StaticTokens, TokenAuthenticator
@@ -35,12 +36,17 @@ class AccessControl:
         self.store = store
         self.tokens = StaticTokens()
         self._authenticators = Authenticators(self.tokens)
+        self._webhook_authorizer: Callable[[Attributes], bool] | None = None
         for plural, obj in bootstrap_objects():
             store.create(kind_of(RBAC_GROUP, "v1", plural), None, obj)
 
-    def use_webhook(self, webhook: TokenAuthenticator | None) -> None:
-        """Tokens the static ones do not cover go to ``webhook`` (EKS's aws-iam-authenticator)."""
+    def use_webhook(
+        self, webhook: TokenAuthenticator | None, authorizer: Callable[[Attributes], bool] | None = None
+    ) -> None:
+        """Tokens the static ones do not cover go to ``webhook`` (EKS's aws-iam-authenticator); what RBAC
+        does not allow, ``authorizer`` may (EKS's access policies)."""
         self._authenticators.webhook = webhook
+        self._webhook_authorizer = authorizer
 
     def authenticate(self, authorization_header: str) -> UserInfo | None:
         return self._authenticators.authenticate(authorization_header)
@@ -48,6 +54,8 @@ class AccessControl:
     def authorize(self, attributes: Attributes) -> None:
         """Raise the 403 unless the request is allowed."""
         if attributes.user.is_superuser or rbac_allows(self.store, attributes):
+            return
+        if self._webhook_authorizer is not None and self._webhook_authorizer(attributes):
             return
         raise forbidden(attributes)
 
