@@ -30,6 +30,7 @@ imports it, so every moto server the simulator starts answers it.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -182,21 +183,32 @@ def _delete_access_entry(self: Any) -> Any:
     return ActionResult({})
 
 
-def caller_principal(access_key: str) -> str | None:
-    """The IAM principal moto issued ``access_key`` to: an assumed role's role, or a user (None if none)."""
+@dataclass(frozen=True)
+class IssuedKey:
+    """An access key moto issued, and to whom: an assumed role's role, or an IAM user."""
+
+    principal_arn: str
+    account: str
+    session_name: str  # the role session's name, or the user's
+    secret_access_key: str
+
+
+def issued_key(access_key: str) -> IssuedKey | None:
     from moto.iam.models import iam_backends
     from moto.sts.models import sts_backends
 
-    for by_partition in list(sts_backends.values()):
-        for backend in list(by_partition.values()):
-            role = backend.get_assumed_role_from_access_key(access_key)
+    for account, sts_by_partition in list(sts_backends.items()):
+        for sts in list(sts_by_partition.values()):
+            role = sts.get_assumed_role_from_access_key(access_key)
             if role is not None:
-                return str(role.role_arn)
-    for by_partition in list(iam_backends.values()):
-        for iam in list(by_partition.values()):
+                return IssuedKey(role.role_arn, account, role.session_name, role.secret_access_key)
+    for account, iam_by_partition in list(iam_backends.items()):
+        for iam in list(iam_by_partition.values()):
             user = iam.get_user_from_access_key_id(access_key)
-            if user is not None:
-                return str(user.arn)
+            if user is None:
+                continue
+            key = next(k for k in iam.list_access_keys(user.name) if k.access_key_id == access_key)
+            return IssuedKey(user.arn, account, user.name, key.secret_access_key)
     return None
 
 
@@ -267,9 +279,9 @@ def register(urls: ModuleType) -> None:
         }
         if requested.get("authenticationMode"):
             _set_mode(cluster, str(requested["authenticationMode"]))
-        creator = caller_principal(self.get_access_key())
+        creator = issued_key(self.get_access_key())
         if bootstrap_admin and creator is not None:
-            _grant_creator_admin(cluster, creator)
+            _grant_creator_admin(cluster, creator.principal_arn)
         return result
 
     def update_cluster_config_with_access(self: Any) -> Any:

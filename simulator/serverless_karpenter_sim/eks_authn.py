@@ -31,7 +31,6 @@ import logging
 import time
 from calendar import timegm
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -42,21 +41,13 @@ from botocore.credentials import Credentials
 from serverless_karpenter.adapters.eks_token import CLUSTER_ID_HEADER, TOKEN_PREFIX, decode_token
 
 from serverless_karpenter_sim import eks_access
+from serverless_karpenter_sim.eks_access import IssuedKey
 from serverless_karpenter_sim.kubeapi.rbac import Attributes, UserInfo
 
 log = logging.getLogger(__name__)
 
 TOKEN_LIFETIME_SECONDS = 15 * 60
 _SIGNED_HEADERS = f"host;{CLUSTER_ID_HEADER}"
-
-
-@dataclass(frozen=True)
-class Caller:
-    """The IAM principal a token was signed by."""
-
-    principal_arn: str  # the role's ARN for an assumed role, else the user's
-    account: str
-    session_name: str
 
 
 def _verified_query(token: str, cluster_name: str, now: float) -> dict[str, str] | None:
@@ -100,35 +91,15 @@ def signature_holds(query: Mapping[str, str], secret_key: str) -> bool:
     return hmac.compare_digest(expected, query.get("X-Amz-Signature", ""))
 
 
-def moto_caller(access_key: str) -> tuple[Caller, str] | None:
-    """The principal moto issued ``access_key`` to, and the key's secret."""
-    from moto.iam.models import iam_backends
-    from moto.sts.models import sts_backends
-
-    for account, by_partition in list(sts_backends.items()):
-        for backend in list(by_partition.values()):
-            role = backend.get_assumed_role_from_access_key(access_key)
-            if role is not None:
-                return Caller(role.role_arn, account, role.session_name), role.secret_access_key
-    for account, by_partition in list(iam_backends.items()):
-        for iam in list(by_partition.values()):
-            user = iam.get_user_from_access_key_id(access_key)
-            if user is None:
-                continue
-            key = next(k for k in iam.list_access_keys(user.name) if k.access_key_id == access_key)
-            return Caller(user.arn, account, user.name), key.secret_access_key
-    return None
-
-
 def _username_pattern(template: str) -> str:
     return template.replace("{{SessionName}}", "*").replace("{{AccountID}}", "*")
 
 
-def _fill(template: str, caller: Caller) -> str:
+def _fill(template: str, caller: IssuedKey) -> str:
     return template.replace("{{SessionName}}", caller.session_name).replace("{{AccountID}}", caller.account)
 
 
-def _aws_auth_user(aws_auth: Mapping[str, Any] | None, caller: Caller) -> UserInfo | None:
+def _aws_auth_user(aws_auth: Mapping[str, Any] | None, caller: IssuedKey) -> UserInfo | None:
     """The mapping ``aws-auth`` gives the caller (mapRoles for roles, mapUsers for users)."""
     data = (aws_auth or {}).get("data") or {}
     for key, arn_field in (("mapRoles", "rolearn"), ("mapUsers", "userarn")):
@@ -161,11 +132,8 @@ class EksTokenAuthenticator:
         query = _verified_query(token, self.cluster_name, self._wall_clock())
         if query is None:
             return None
-        found = moto_caller(query.get("X-Amz-Credential", "").split("/", 1)[0])
-        if found is None:
-            return None
-        caller, secret = found
-        if not signature_holds(query, secret):
+        caller = eks_access.issued_key(query.get("X-Amz-Credential", "").split("/", 1)[0])
+        if caller is None or not signature_holds(query, caller.secret_access_key):
             return None
         return self._map(caller)
 
@@ -190,7 +158,7 @@ class EksTokenAuthenticator:
 
         return eks_backends[account][self.region].clusters.get(self.cluster_name)
 
-    def _map(self, caller: Caller) -> UserInfo | None:
+    def _map(self, caller: IssuedKey) -> UserInfo | None:
         cluster = self._cluster(caller.account)
         if cluster is None:
             return None

@@ -69,7 +69,8 @@ def cluster() -> Iterator[Cluster]:
     cloud.start()
     server = KubeApiServer(clock)
     server.start()
-    server.access.use_webhook(EksTokenAuthenticator(CLUSTER, REGION, aws_auth_reader(server.store)))
+    eks = EksTokenAuthenticator(CLUSTER, REGION, aws_auth_reader(server.store))
+    server.access.use_webhook(eks, eks.authorizes)
     admin = k8s.ApiClient(server.client_configuration())
     core = k8s.CoreV1Api(admin)
     core.create_node({"metadata": {"name": "n1"}})
@@ -255,3 +256,13 @@ def test_a_role_without_an_access_entry_needs_an_aws_auth_mapping(cluster: Clust
     ).authenticate(token)
     assert authenticated is not None and authenticated.name == "ops:alice"
     assert authenticated.groups == ("ops-team",)
+
+
+def test_the_cluster_creator_applies_deploy_rbac_yaml(cluster: Cluster) -> None:
+    """kubectl apply -f deploy/rbac.yaml, run by the IAM user who created the cluster (its EKS admin)."""
+    operator = presigned_token(CLUSTER, REGION, boto3.session.Session(region_name=REGION))
+    api = k8s.ApiClient(client_configuration(cluster.server.url, operator))
+    apply_rbac(api)
+    role = k8s.RbacAuthorizationV1Api(api).read_cluster_role("serverless-karpenter")
+    assert {"ec2nodeclasses/status"} in [set(rule.resources) for rule in role.rules]
+    cluster.gateway().list_pending_pods()  # the functions are granted what it holds
