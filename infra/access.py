@@ -9,9 +9,10 @@ from __future__ import annotations
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
+from serverless_karpenter.naming import KUBERNETES_GROUP
 
-# Must match the subject of the ClusterRoleBinding in deploy/rbac.yaml (a test checks it).
-KUBERNETES_GROUP = "serverless-karpenter"
+# KUBERNETES_GROUP must match the subject of the ClusterRoleBinding in deploy/rbac.yaml (a test checks it).
+__all__ = ["KUBERNETES_GROUP", "ClusterAccess"]
 
 
 class ClusterAccess(Construct):

@@ -42,6 +42,7 @@ REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 KUBERNETES_VERSION = "1.31"
 ACCOUNT = "123456789012"
+OPERATOR_USER = "operator"
 # The names through which moto's SQS models read the time (imported from moto.core.utils).
 SQS_TIME_READERS = ("unix_time", "unix_time_millis")
 _SQS_TIME_STEP = 1e-5  # seconds between two readings of the clock by moto's SQS, at the least
@@ -145,6 +146,19 @@ class SimulatedCloud:
                 "AWS_DEFAULT_REGION": self.region,
                 "AWS_REGION": self.region,
                 "AWS_PROFILE": None,
+            }
+        )
+        aws.reset_sessions()
+        # The account's operator, an IAM user, creates everything, the cluster included, so that EKS makes
+        # them its admin (bootstrapClusterCreatorAdminPermissions), as on a cluster made from a laptop.
+        iam = self.client("iam")
+        iam.create_user(UserName=OPERATOR_USER)
+        key = iam.create_access_key(UserName=OPERATOR_USER)["AccessKey"]
+        self.set_environment(
+            {
+                "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+                "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+                "AWS_SESSION_TOKEN": None,
             }
         )
         aws.reset_sessions()
@@ -358,9 +372,13 @@ def seed_stack(cloud: SimulatedCloud) -> DeployedStack:
     outputs: dict[str, str] = {}
     roles: dict[str, str] = {}
     for function in naming.FUNCTION_NAMES:
-        role = iam.create_role(
-            RoleName=f"{name}-{function}-role"[:64], AssumeRolePolicyDocument=json.dumps(lambda_trust)
-        )["Role"]["Arn"]
+        role_name = f"{name}-{function}-role"[:64]
+        try:  # the simulation made the functions' roles already, to run them with their credentials
+            role = iam.get_role(RoleName=role_name)["Role"]["Arn"]
+        except iam.exceptions.NoSuchEntityException:
+            role = iam.create_role(RoleName=role_name, AssumeRolePolicyDocument=json.dumps(lambda_trust))[
+                "Role"
+            ]["Arn"]
         physical = f"{naming.stack_name(name)}-{function}"
         cloud.client("lambda").create_function(
             FunctionName=physical,

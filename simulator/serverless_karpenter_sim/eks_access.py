@@ -16,9 +16,12 @@ It follows EKS where doctor could be misled otherwise:
 - an ``EC2_LINUX``/``EC2_WINDOWS`` entry takes neither ``kubernetesGroups`` nor ``username``: EKS maps it
   to ``system:node:{{EC2PrivateDNSName}}`` in ``system:nodes``; a principal has one entry at most.
 
-Not modelled: access policies and their associations (``associatedPolicyArn`` filters nothing),
-``UpdateAccessEntry``, tags, checking that the principal exists, and whether Kubernetes honours an entry
-(the simulated API server authenticates nobody).
+The cluster's creator gets an access entry with ``AmazonEKSClusterAdminPolicy`` when
+``bootstrapClusterCreatorAdminPermissions`` holds (the default), as EKS makes it.
+
+Not modelled: the access-policy API (``AssociateAccessPolicy``; ``associatedPolicyArn`` filters nothing),
+``UpdateAccessEntry``, tags, checking that the principal exists. :mod:`.eks_authn` maps the entries to
+Kubernetes users for the simulated API server.
 
 Importing this module installs it on moto (see :func:`install`); :mod:`serverless_karpenter_sim.cloud`
 imports it, so every moto server the simulator starts answers it.
@@ -27,6 +30,7 @@ imports it, so every moto server the simulator starts answers it.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -42,6 +46,7 @@ MODES = (CONFIG_MAP, API_AND_CONFIG_MAP, API)
 NODE_TYPES = ("EC2_LINUX", "EC2_WINDOWS")
 TYPES = ("STANDARD", "FARGATE_LINUX", "EC2", *NODE_TYPES, "HYBRID_LINUX", "HYPERPOD_LINUX")
 NODE_USERNAME = "system:node:{{EC2PrivateDNSName}}"
+CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 DEFAULT_PAGE = 100
 
 
@@ -178,6 +183,59 @@ def _delete_access_entry(self: Any) -> Any:
     return ActionResult({})
 
 
+@dataclass(frozen=True)
+class IssuedKey:
+    """An access key moto issued, and to whom: an assumed role's role, or an IAM user."""
+
+    principal_arn: str
+    account: str
+    session_name: str  # the role session's name, or the user's
+    secret_access_key: str
+
+
+def issued_key(access_key: str) -> IssuedKey | None:
+    from moto.iam.models import iam_backends
+    from moto.sts.models import sts_backends
+
+    for account, sts_by_partition in list(sts_backends.items()):
+        for sts in list(sts_by_partition.values()):
+            role = sts.get_assumed_role_from_access_key(access_key)
+            if role is not None:
+                return IssuedKey(role.role_arn, account, role.session_name, role.secret_access_key)
+    for account, iam_by_partition in list(iam_backends.items()):
+        for iam in list(iam_by_partition.values()):
+            user = iam.get_user_from_access_key_id(access_key)
+            if user is None:
+                continue
+            key = next(k for k in iam.list_access_keys(user.name) if k.access_key_id == access_key)
+            return IssuedKey(user.arn, account, user.name, key.secret_access_key)
+    return None
+
+
+def _grant_creator_admin(cluster: Any, principal: str) -> None:
+    """What ``bootstrapClusterCreatorAdminPermissions`` does: the creator's access entry, with the cluster
+    admin access policy (in any mode: EKS keeps it for when the mode moves to the API)."""
+    now = utcnow()
+    account, name = principal.split(":")[4], principal.rsplit("/", 1)[-1]
+    _entries(cluster)[principal] = {
+        "clusterName": cluster.name,
+        "principalArn": principal,
+        "kubernetesGroups": [],
+        "accessEntryArn": cluster.arn.replace(":cluster/", ":access-entry/", 1)
+        + f"/{principal.split(':')[5].split('/', 1)[0]}/{account}/{name}/{uuid.uuid4()}",
+        "createdAt": now,
+        "modifiedAt": now,
+        "tags": {},
+        "username": _default_username("STANDARD", principal),
+        "type": "STANDARD",
+    }
+    cluster.access_policies = {principal: [CLUSTER_ADMIN_POLICY]}
+
+
+def has_cluster_admin_policy(cluster: Any, principal: str) -> bool:
+    return CLUSTER_ADMIN_POLICY in (vars(cluster).get("access_policies") or {}).get(principal, [])
+
+
 def _set_mode(cluster: Any, mode: str) -> None:
     current = _mode(cluster)
     if mode not in MODES:
@@ -214,14 +272,16 @@ def register(urls: ModuleType) -> None:
         result = create_cluster(self)
         requested = self._get_param("accessConfig") or {}
         cluster = self.eks_backend.clusters[self._get_param("name")]
+        bootstrap_admin = requested.get("bootstrapClusterCreatorAdminPermissions", True)
         cluster.access_config = {
             "authenticationMode": CONFIG_MAP,
-            "bootstrapClusterCreatorAdminPermissions": requested.get(
-                "bootstrapClusterCreatorAdminPermissions", True
-            ),
+            "bootstrapClusterCreatorAdminPermissions": bootstrap_admin,
         }
         if requested.get("authenticationMode"):
             _set_mode(cluster, str(requested["authenticationMode"]))
+        creator = issued_key(self.get_access_key())
+        if bootstrap_admin and creator is not None:
+            _grant_creator_admin(cluster, creator.principal_arn)
         return result
 
     def update_cluster_config_with_access(self: Any) -> Any:

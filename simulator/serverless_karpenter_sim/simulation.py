@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,23 +15,28 @@ from typing import Any, TextIO
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 from serverless_karpenter import crashpoints
+from serverless_karpenter.adapters import aws
 from serverless_karpenter.adapters.kubernetes import KubernetesGateway
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog import load_bundled_catalog
 from serverless_karpenter.clock import ManualClock
 from serverless_karpenter.config import Settings
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.naming import FUNCTION_NAMES
 from serverless_karpenter.observability import NAMESPACE
-from serverless_karpenter.runtime import build_control_plane, use_control_plane
+from serverless_karpenter.provisioning.context import ControlPlane
+from serverless_karpenter.runtime import build_control_plane, installed_control_plane, use_control_plane
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling.resources import format_quantity
 
 from serverless_karpenter_sim.cloud import REGION, CloudResources, SimulatedCloud
 from serverless_karpenter_sim.cluster import KubeletFleet, NodeShape, SimInstance, WorkloadControllers
 from serverless_karpenter_sim.cluster import Scheduler as KubeScheduler
+from serverless_karpenter_sim.cluster_access import apply_rbac, component_clients, grant_function_access
+from serverless_karpenter_sim.eks_authn import EksTokenAuthenticator, aws_auth_reader
 from serverless_karpenter_sim.faults import FaultInjector
 from serverless_karpenter_sim.invariants import InvariantReport, Invariants
-from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+from serverless_karpenter_sim.kubeapi import KubeApiServer
 from serverless_karpenter_sim.lambdas import LambdaRuntime
 from serverless_karpenter_sim.scenario import Scenario, Step
 
@@ -214,8 +220,14 @@ class Simulation:
         self.resources = res = self.cloud.start()
         url = self.kube_server.start()
         self.cloud.serve_cluster_endpoint(url, self.kube_server.authority.ca_data)
-        self.api_client = k8s.ApiClient(client_configuration(url))
+        eks_authenticator = EksTokenAuthenticator(
+            self.cluster_name, REGION, aws_auth_reader(self.kube_server.store)
+        )
+        self.kube_server.access.use_webhook(eks_authenticator, eks_authenticator.authorizes)
+        clients = component_clients(self.kube_server)
+        self.api_client = clients["driver"]  # the scenario driver: the cluster's admin
         self.kube = KubernetesGateway(self.api_client, self.clock, component="simulator")
+        apply_rbac(self.api_client)
         env = {
             "CLUSTER_NAME": self.cluster_name,
             "STATE_TABLE_NAME": res.table_name,
@@ -229,8 +241,14 @@ class Simulation:
         }
         self.cloud.set_environment(dict(env))
         self.settings = Settings()
-        self.plane = build_control_plane(self.settings, self.clock)
-        use_control_plane(self.plane)
+        # Each function's control plane holds its own role's credentials, as its Lambda would.
+        self.planes = {
+            name: self._function_plane(grant_function_access(self.cloud, name)) for name in FUNCTION_NAMES
+        }
+        self.plane = self.planes["provisioner"]  # what tests drive as the functions do
+        # The process's own: the operator's tools (doctor, status, explain) run as the cluster's creator.
+        self.operator_plane = build_control_plane(self.settings, self.clock)
+        use_control_plane(self.operator_plane)
         watcher = self.lambdas.handler("watcher")
         # The watcher invokes the provisioner through Lambda; here that is an in-process call.
         watcher.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)  # type: ignore[attr-defined]
@@ -241,10 +259,10 @@ class Simulation:
         self.ec2 = ec2
         self.sqs = self.cloud.client("sqs")
         self.faults.hook_ledger()
-        self.controllers = WorkloadControllers(self.api_client)
-        self.scheduler = KubeScheduler(self.api_client)
+        self.controllers = WorkloadControllers(clients["controllers"])
+        self.scheduler = KubeScheduler(clients["scheduler"])
         self.kubelets = KubeletFleet(
-            self.api_client,
+            clients["kubelets"],
             MotoInstances(ec2, self.cluster_name, self.clock),
             catalog_shapes(REGION),
             boot_delay=self.schedule.boot_delay,
@@ -253,6 +271,21 @@ class Simulation:
         self._started = True
         self.note(f"cluster {self.cluster_name} up: moto at {res.endpoint_url}, kube-apiserver at {url}")
         self.apply(self.scenario.manifests)
+
+    def _function_plane(self, credentials: dict[str, str]) -> ControlPlane:
+        """A control plane built with ``credentials`` (its clients and its EKS tokens sign with them)."""
+        saved = {name: os.environ.get(name) for name in credentials}
+        os.environ.update(credentials)
+        aws.reset_sessions()
+        try:
+            return build_control_plane(self.settings, self.clock)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            aws.reset_sessions()
 
     def stop(self) -> None:
         use_control_plane(None)
@@ -362,6 +395,8 @@ class Simulation:
     # -- the loop ------------------------------------------------------------------------------------
 
     def _invoke(self, name: str, event: dict[str, Any]) -> Any:
+        caller = installed_control_plane()
+        use_control_plane(self.planes[name])
         try:
             with self.faults.invocation(name):
                 return self.lambdas.invoke(name, event)
@@ -376,6 +411,8 @@ class Simulation:
             self.faults.lambda_failures.append(f"{name}: {type(error).__name__}: {error}")
             self.note(f"{name} failed: {type(error).__name__}")
             return None
+        finally:
+            use_control_plane(caller)
 
     def _due(self, name: str, every: float) -> bool:
         last = self._last_run.get(name)
@@ -612,7 +649,6 @@ def keep_environment(sim: Simulation) -> dict[str, str]:
     """Prepare a finished simulation to be inspected by `status`, `doctor` and `explain` from another
     process (``simulate --keep``): the stack's outputs and functions seeded in moto, the node role
     mapped in aws-auth (moto has no access-entry API), and the environment that reaches both servers."""
-    import os
 
     from serverless_karpenter_sim.cloud import seed_stack
 

@@ -20,7 +20,11 @@ pytestmark = pytest.mark.infra
 REPO = Path(__file__).resolve().parents[2]
 RBAC = REPO / "deploy" / "rbac.yaml"
 CRD_DIR = REPO / "deploy" / "crds"
-GATEWAY = REPO / "layers" / "core" / "python" / "serverless_karpenter" / "adapters" / "kubernetes.py"
+ADAPTERS = REPO / "layers" / "core" / "python" / "serverless_karpenter" / "adapters"
+GATEWAY = ADAPTERS / "kubernetes.py"
+# Adapters that call the API through the gateway's clients (``kube.custom...``) with the functions'
+# identity; operator_reads.py is the operator's own (doctor), outside the functions' ClusterRole.
+OPERATOR_ONLY = {"operator_reads.py"}
 SCENARIOS = REPO / "simulator" / "serverless_karpenter_sim" / "scenarios"
 
 API_GROUPS = {
@@ -83,11 +87,19 @@ def client_resource(method: str) -> tuple[str, str] | None:
     return plural(resource), VERBS[match[1]]
 
 
-def gateway_permissions() -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) for every Kubernetes API method the gateway references."""
-    tree = ast.parse(GATEWAY.read_text())
+def gateway_modules() -> list[Path]:
+    """The gateway, and every other adapter that calls the API through its clients."""
+    return [GATEWAY] + [
+        path
+        for path in sorted(ADAPTERS.glob("*.py"))
+        if path != GATEWAY and path.name not in OPERATOR_ONLY and "KubernetesGateway" in path.read_text()
+    ]
+
+
+def gateway_apis() -> dict[str, str]:
+    """The gateway's client attributes (``core``, ``custom``, ...) and their API classes."""
     apis: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(GATEWAY.read_text())):
         if (
             isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call)
@@ -95,6 +107,20 @@ def gateway_permissions() -> set[tuple[str, str, str]]:
             and isinstance(node.targets[0], ast.Attribute)
         ):
             apis[node.targets[0].attr] = node.value.func.attr
+    return apis
+
+
+def gateway_permissions() -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) for every Kubernetes API method the gateway and its adapters reference."""
+    apis = gateway_apis()
+    needed: set[tuple[str, str, str]] = set()
+    for module in gateway_modules():
+        needed |= module_permissions(ast.parse(module.read_text()), apis)
+    return needed
+
+
+def module_permissions(tree: ast.Module, apis: dict[str, str]) -> set[tuple[str, str, str]]:
+    """What one module's ``self.<client>.<method>`` and ``kube.<client>.<method>`` calls need."""
     plurals = {
         n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in CUSTOM_RESOURCE_GROUPS
     }
@@ -111,7 +137,7 @@ def gateway_permissions() -> set[tuple[str, str, str]]:
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)):
             continue
-        if not (isinstance(node.value.value, ast.Name) and node.value.value.id == "self"):
+        if not (isinstance(node.value.value, ast.Name) and node.value.value.id in ("self", "kube")):
             continue
         api_class = apis.get(node.value.attr)
         if api_class == "CustomObjectsApi":
@@ -147,6 +173,7 @@ def granted() -> set[tuple[str, str, str]]:
 def test_cluster_role_covers_every_call_the_gateway_makes() -> None:
     needed = gateway_permissions()
     assert ("", "pods/eviction", "create") in needed  # the scan sees through _call(self.core.<method>, ...)
+    assert ("karpenter.k8s.aws", "ec2nodeclasses/status", "patch") in needed  # and into nodeclass_status.py
     assert needed <= granted(), sorted(needed - granted())
 
 

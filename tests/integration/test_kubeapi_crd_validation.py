@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.clock import ManualClock
-from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration, crd_schema, tls
+from serverless_karpenter_sim.kubeapi import KubeApiServer, crd_schema, tls
 from serverless_karpenter_sim.kubeapi.kinds import kind_of
 
 from tests.crd_cases import BASES, CEL_CASES, NODEPOOL, RESOURCES, SCHEMA_CASES, Case, merge
@@ -32,7 +32,7 @@ def server() -> Iterator[KubeApiServer]:
 
 @pytest.fixture(scope="module")
 def api(server: KubeApiServer) -> Iterator[client.ApiClient]:
-    api_client = client.ApiClient(client_configuration(server.url))
+    api_client = client.ApiClient(server.client_configuration())
     try:
         yield api_client
     finally:
@@ -103,7 +103,10 @@ def test_unknown_fields_follow_field_validation(
     request = urllib.request.Request(
         f"{server.url}/apis/karpenter.sh/v1/nodepools",
         data=json.dumps(typo).encode(),
-        headers={"Content-Type": "application/json", "Authorization": "Bearer k8s-aws-v1.local"},
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {server.client_configuration().api_key['BearerToken']}",
+        },
         method="POST",
     )
     trusting = ssl.create_default_context(cafile=tls.local_authority().ca_file)

@@ -16,7 +16,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.clock import ManualClock
-from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+from serverless_karpenter_sim.kubeapi import KubeApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ class Kube:
 def kube() -> Iterator[Kube]:
     server = KubeApiServer(ManualClock())
     server.start()
-    api = client.ApiClient(client_configuration(server.url))
+    api = client.ApiClient(server.client_configuration())
     core = client.CoreV1Api(api)
     core.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")))
     try:

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.clock import ManualClock
-from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+from serverless_karpenter_sim.kubeapi import KubeApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ def kube() -> Iterator[Kube]:
     clock = ManualClock()
     server = KubeApiServer(clock)
     server.start()
-    api = client.ApiClient(client_configuration(server.url))
+    api = client.ApiClient(server.client_configuration())
     try:
         yield Kube(
             server, clock, client.CoreV1Api(api), client.PolicyV1Api(api), client.CustomObjectsApi(api)

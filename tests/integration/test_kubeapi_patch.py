@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.clock import ManualClock
-from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+from serverless_karpenter_sim.kubeapi import KubeApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ class Kube:
 def kube() -> Iterator[Kube]:
     server = KubeApiServer(ManualClock())
     server.start()
-    api = client.ApiClient(client_configuration(server.url))
+    api = client.ApiClient(server.client_configuration())
     try:
         yield Kube(server, api, client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api))
     finally:
@@ -326,7 +326,10 @@ def test_unknown_patch_types_are_unsupported(kube: Kube) -> None:
     response = kube.api.rest_client.request(
         "PATCH",
         f"{kube.server.url}/api/v1/nodes/n1",
-        headers={"Content-Type": "application/xml", "Authorization": "Bearer k8s-aws-v1.x"},
+        headers={
+            "Content-Type": "application/xml",
+            "Authorization": kube.api.configuration.get_api_key_with_prefix("BearerToken"),
+        },
         body="<node/>",
     )
     assert response.status == 415

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.clock import ManualClock
-from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+from serverless_karpenter_sim.kubeapi import KubeApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ PODS = {
 def core() -> Iterator[client.CoreV1Api]:
     server = KubeApiServer(ManualClock())
     server.start()
-    api = client.ApiClient(client_configuration(server.url))
+    api = client.ApiClient(server.client_configuration())
     core = client.CoreV1Api(api)
     for name, (labels, node, phase) in PODS.items():
         core.create_namespaced_pod(

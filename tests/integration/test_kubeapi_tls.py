@@ -24,10 +24,11 @@ pytestmark = pytest.mark.integration
 def test_clients_verify_the_server_against_its_authority(tmp_path: Path) -> None:
     with KubeApiServer(ManualClock()) as server:
         port = int(server.url.rsplit(":", 1)[1])
-        trusted = client.CoreV1Api(client.ApiClient(client_configuration(server.url)))
+        token = server.client_configuration().api_key["BearerToken"]  # the admin's
+        trusted = client.CoreV1Api(client.ApiClient(client_configuration(server.url, token)))
         assert "default" in {ns.metadata.name for ns in trusted.list_namespace().items}
 
-        by_name = client_configuration(f"https://localhost:{port}")
+        by_name = client_configuration(f"https://localhost:{port}", token)
         assert client.CoreV1Api(client.ApiClient(by_name)).list_namespace().items
 
         untrusting = client.Configuration(host=server.url)

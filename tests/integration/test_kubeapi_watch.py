@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.clock import ManualClock
-from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+from serverless_karpenter_sim.kubeapi import KubeApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def kube() -> Iterator[Kube]:
     clock = ManualClock()
     server = KubeApiServer(clock, watch_history=32)
     server.start()
-    api = client.ApiClient(client_configuration(server.url))
+    api = client.ApiClient(server.client_configuration())
     try:
         yield Kube(server, clock, api)
     finally:
@@ -220,7 +220,7 @@ def test_watch_expires_in_virtual_time(kube: Kube) -> None:
 def test_watch_ends_when_the_server_stops() -> None:
     server = KubeApiServer(ManualClock())
     server.start()
-    api = client.ApiClient(client_configuration(server.url))
+    api = client.ApiClient(server.client_configuration())
     finished = threading.Event()
 
     def run() -> None:

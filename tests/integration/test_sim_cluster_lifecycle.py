@@ -19,7 +19,8 @@ from serverless_karpenter_sim.cluster import (
     WorkloadControllers,
 )
 from serverless_karpenter_sim.cluster.objects import KubeRest
-from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+from serverless_karpenter_sim.cluster_access import component_clients
+from serverless_karpenter_sim.kubeapi import KubeApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -126,8 +127,9 @@ class Sim:
 def sim() -> Iterator[Sim]:
     clock = ManualClock()
     server = KubeApiServer(clock)
-    url = server.start()
-    api = client.ApiClient(client_configuration(url))
+    server.start()
+    clients = component_clients(server)  # each component with its own identity, the test as the admin
+    api = clients["driver"]
     instances = InMemoryInstances()
     yield Sim(
         clock=clock,
@@ -136,8 +138,8 @@ def sim() -> Iterator[Sim]:
         apps=client.AppsV1Api(api),
         instances=instances,
         rest=KubeRest(api),
-        kubelets=KubeletFleet(api, instances, shape),
-        scheduler=Scheduler(api),
+        kubelets=KubeletFleet(clients["kubelets"], instances, shape),
+        scheduler=Scheduler(clients["scheduler"]),
         controllers=WorkloadControllers(api, seed=3, job_pod_duration=5),
     )
     api.close()

@@ -20,7 +20,8 @@ from serverless_karpenter_sim.cluster import (
     WorkloadControllers,
 )
 from serverless_karpenter_sim.cluster.objects import KubeRest
-from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+from serverless_karpenter_sim.cluster_access import component_clients
+from serverless_karpenter_sim.kubeapi import KubeApiServer
 
 from tests import builders
 
@@ -112,8 +113,9 @@ class Sim:
 def sim() -> Iterator[Sim]:
     clock = ManualClock()
     server = KubeApiServer(clock)
-    url = server.start()
-    api = client.ApiClient(client_configuration(url))
+    server.start()
+    clients = component_clients(server)  # each component with its own identity, the test as the admin
+    api = clients["driver"]
     instances = InMemoryInstances()
     yield Sim(
         clock=clock,
@@ -121,9 +123,9 @@ def sim() -> Iterator[Sim]:
         core=client.CoreV1Api(api),
         instances=instances,
         rest=KubeRest(api),
-        kubelets=KubeletFleet(api, instances, shape),
-        scheduler=Scheduler(api, seed=7),
-        controllers=WorkloadControllers(api, seed=7),
+        kubelets=KubeletFleet(clients["kubelets"], instances, shape),
+        scheduler=Scheduler(clients["scheduler"], seed=7),
+        controllers=WorkloadControllers(clients["controllers"], seed=7),
     )
     api.close()
     server.stop()

@@ -49,7 +49,7 @@ def test_token_is_a_presigned_get_caller_identity_url_for_the_cluster(aws: None)
 def test_token_is_refreshed_before_its_fifteen_minutes_run_out(monkeypatch: pytest.MonkeyPatch) -> None:
     issued: list[int] = []
 
-    def fake_presign(cluster: str, region: str) -> str:
+    def fake_presign(cluster: str, region: str, session: object = None) -> str:
         issued.append(len(issued))
         return f"{TOKEN_PREFIX}{len(issued)}"
 

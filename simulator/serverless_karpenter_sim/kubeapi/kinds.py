@@ -298,6 +298,18 @@ KINDS: tuple[Kind, ...] = (
         name_rule="path",
     ),
     Kind("coordination.k8s.io", "v1", "leases", "Lease", True),
+    # RBAC policy, read by the authorizer (rbac.py) on every request; names may hold colons (system:node).
+    Kind("rbac.authorization.k8s.io", "v1", "roles", "Role", True, name_rule="path"),
+    Kind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, name_rule="path"),
+    Kind("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, name_rule="path"),
+    Kind(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        False,
+        name_rule="path",
+    ),
     Kind(
         "karpenter.sh",
         "v1",

@@ -1,5 +1,6 @@
 """A kubeconfig for kubectl against the simulated API server: its HTTPS address, its certificate authority
-(so kubectl verifies the server, and sends its bearer token), and the local operator's token."""
+(so kubectl verifies the server, and sends its bearer token), and a token the server issued to the
+cluster's admin (kubeadm's ``kubernetes-admin`` in ``system:masters``)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ from typing import Any
 
 import yaml
 
-from .server import LOCAL_TOKEN, KubeApiServer
+from .server import KubeApiServer
 
 
-def kubeconfig(server: KubeApiServer, name: str, token: str = LOCAL_TOKEN) -> dict[str, Any]:
-    """The kubeconfig document for ``server`` (started), with one context named ``name``."""
+def kubeconfig(server: KubeApiServer, name: str, token: str | None = None) -> dict[str, Any]:
+    """The kubeconfig document for ``server`` (started), with one context named ``name``, for ``token``
+    (by default one the server issues to its admin)."""
     if not server.url:
         raise RuntimeError("start the API server before writing its kubeconfig")
+    if token is None:
+        token = server.client_configuration().api_key["BearerToken"]
     user = f"{name}-admin"
     return {
         "apiVersion": "v1",
@@ -33,7 +37,7 @@ def kubeconfig(server: KubeApiServer, name: str, token: str = LOCAL_TOKEN) -> di
     }
 
 
-def write_kubeconfig(path: Path, server: KubeApiServer, name: str, token: str = LOCAL_TOKEN) -> Path:
+def write_kubeconfig(path: Path, server: KubeApiServer, name: str, token: str | None = None) -> Path:
     """Write the kubeconfig to ``path``, readable by its owner only (it holds a bearer token)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".tmp")

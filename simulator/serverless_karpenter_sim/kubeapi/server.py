@@ -41,10 +41,12 @@ import kubernetes.client
 from serverless_karpenter.clock import Clock
 
 from . import codec, crd_schema, kinds, kubectl_support, selectors, tls
+from .access import ADMIN_USER, AccessControl
 from .audit import Audit
 from .errors import REASONS, ApiError, bad_request, method_not_allowed, unauthorized
 from .faults import FaultInjector, FaultRule
 from .kinds import Kind
+from .rbac import SUPERUSER_GROUP
 from .store import Page, Query, Result, Store, render
 
 log = logging.getLogger(__name__)
@@ -58,8 +60,6 @@ _HANDSHAKE_TIMEOUT_SECONDS = 10.0
 # Encodings kube-apiserver accepts that this server does not speak; answered 415, as upstream answers what
 # it does not speak.
 _BINARY_MEDIA_TYPES = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
-# The bearer token of the local operator (the simulator's own clients, and kubectl's kubeconfig).
-LOCAL_TOKEN = "k8s-aws-v1.local"
 
 
 @dataclass(frozen=True)
@@ -286,22 +286,23 @@ class _Handler(BaseHTTPRequestHandler):
                     _json_response(200, api.version_info()) if path == "/version" else _Response(200, b"ok")
                 )
                 return
-            prefix = api.require_bearer_prefix
-            if prefix is not None and not (self.headers.get("Authorization") or "").startswith(
-                f"Bearer {prefix}"
-            ):
+            user = api.access.authenticate(self.headers.get("Authorization") or "")
+            if user is None:
                 self._send(_error_response(unauthorized()))
                 return
             segments = [unquote(s) for s in path.split("/") if s]
             if segments and segments[0] == "openapi":
+                api.access.authorize_path(user, method, path)
                 if method != "GET":
                     raise method_not_allowed()
                 self._send(_Response(200, kubectl_support.openapi_body(segments[1:])))
                 return
             if not segments or segments[0] not in ("api", "apis"):
+                api.access.authorize_path(user, method, path)
                 raise _not_found_path()
             route = _parse_route(segments)
             if not isinstance(route, _Route):
+                api.access.authorize_path(user, method, path)
                 if method != "GET":
                     raise method_not_allowed()
                 if route.get("kind") == "APIVersions":
@@ -315,6 +316,15 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             watch = params.get("watch") in ("true", "1")
             verb = _verb(method, route, watch)
+            api.access.authorize_resource(
+                user,
+                verb,
+                group=route.kind.group if route.kind else "",
+                resource=route.kind.plural if route.kind else "bindings",
+                subresource=route.subresource or "",
+                namespace=route.namespace or "",
+                name=route.name or "",
+            )
             api.audit.count_request(verb)
             rule = api.faults.take(verb, route.resource, route.namespace, route.name)
             if rule is not None and rule.status == "timeout":
@@ -333,7 +343,9 @@ class _Handler(BaseHTTPRequestHandler):
             # Custom resources are pruned and validated against their CRD by the store (crd_schema, under
             # _handle_with_warnings); built-in kinds against their published OpenAPI schema here.
             warnings = (
-                kubectl_support.field_warnings(method, route.kind, route.subresource, params, self.headers, raw)
+                kubectl_support.field_warnings(
+                    method, route.kind, route.subresource, params, self.headers, raw
+                )
                 if route.kind is None or crd_schema.schema_for(route.kind) is None
                 else ()
             )
@@ -583,18 +595,17 @@ class KubeApiServer:
         self,
         clock: Clock,
         *,
-        require_bearer_prefix: str | None = "k8s-aws-v1.",
         watch_history: int = 10_000,
         event_ttl_seconds: float = 3600.0,
     ) -> None:
         self.clock = clock
-        self.require_bearer_prefix = require_bearer_prefix
         self.audit = Audit()
         self.faults = FaultInjector()
         self.store = Store(
             clock, self.audit, watch_history=watch_history, event_ttl_seconds=event_ttl_seconds
         )
         self.authority = tls.local_authority()
+        self.access = AccessControl(self.store)
         self.url = ""
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
@@ -636,6 +647,12 @@ class KubeApiServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def client_configuration(
+        self, user: str = ADMIN_USER, groups: tuple[str, ...] = (SUPERUSER_GROUP,)
+    ) -> kubernetes.client.Configuration:
+        """A client configuration whose static token is ``user`` in ``groups`` (an admin by default)."""
+        return client_configuration(self.url, self.access.tokens.issue(user, groups))
+
     def version_info(self) -> dict[str, str]:
         major, minor = self.kubernetes_version
         return {
@@ -651,9 +668,10 @@ class KubeApiServer:
         }
 
 
-def client_configuration(url: str, token: str = LOCAL_TOKEN) -> kubernetes.client.Configuration:
-    """A client configuration for the simulated server, with an EKS-style bearer token, that trusts the
-    server's certificate authority (and nothing else)."""
+def client_configuration(url: str, token: str) -> kubernetes.client.Configuration:
+    """A client configuration for the simulated server with a bearer token (see
+    :meth:`KubeApiServer.client_configuration` for one the server knows), that trusts the server's
+    certificate authority (and nothing else)."""
     configuration = kubernetes.client.Configuration(host=url)
     configuration.ssl_ca_cert = tls.local_authority().ca_file
     configuration.api_key = {"BearerToken": token}

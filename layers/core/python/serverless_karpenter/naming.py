@@ -13,6 +13,8 @@ STACK_NAME_PREFIX = "ServerlessKarpenter"
 # Tag the stack puts on every resource it creates.
 CLUSTER_TAG = "serverless-karpenter/cluster"
 FUNCTION_NAMES = ("watcher", "provisioner", "interruption", "disruption", "termination")
+# The Kubernetes group the functions' EKS access entries map their roles to; deploy/rbac.yaml binds it.
+KUBERNETES_GROUP = "serverless-karpenter"
 DEFAULT_NODE_ROLE_NAME = "KarpenterNodeRole-{clusterName}"  # what Karpenter's own template creates
 # EC2 needs it to request spot capacity; an account gets it on its first spot request, unless the caller
 # may not create it (ServiceLinkedRoleCreationNotPermitted).

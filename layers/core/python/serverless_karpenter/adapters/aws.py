@@ -27,6 +27,11 @@ def _session(region: str) -> boto3.session.Session:
     return boto3.session.Session(region_name=region)
 
 
+def session(region: str) -> boto3.session.Session:
+    """The session every client of ``region`` is made from (its credentials are the function's)."""
+    return _session(region)
+
+
 def client(service: str, region: str) -> Any:
     """A client for ``service``; clients are cheap to reuse across warm invocations, so callers keep them."""
     return _session(region).client(service, config=RETRY_CONFIG)  # type: ignore[call-overload]

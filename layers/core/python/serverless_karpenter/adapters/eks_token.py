@@ -50,10 +50,20 @@ def decode_token(token: str) -> str:
 
 
 class TokenSource:
-    def __init__(self, cluster_name: str, region: str, now: Callable[[], datetime]) -> None:
+    """Tokens signed with ``session``'s credentials: those the function's other AWS clients were made with,
+    so its Kubernetes identity is its IAM role's."""
+
+    def __init__(
+        self,
+        cluster_name: str,
+        region: str,
+        now: Callable[[], datetime],
+        session: boto3.session.Session | None = None,
+    ) -> None:
         self._cluster = cluster_name
         self._region = region
         self._now = now
+        self._session = session
         self._token: str | None = None
         self._issued: datetime | None = None
 
@@ -64,6 +74,6 @@ class TokenSource:
             or self._issued is None
             or now >= self._issued + TOKEN_LIFETIME - REFRESH_BEFORE
         ):
-            self._token = presigned_token(self._cluster, self._region)
+            self._token = presigned_token(self._cluster, self._region, self._session)
             self._issued = now
         return self._token

@@ -1,0 +1,47 @@
+"""The simulation with RBAC on: deploy/rbac.yaml applied as a user would, each function under its own role."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
+
+pytestmark = pytest.mark.integration
+
+
+def test_functions_run_with_their_own_identity_and_write_the_nodeclass_status(tmp_path: Path) -> None:
+    scenario = {"name": "rbac", "manifests": [nodepool(), nodeclass(), deployment("web", 2)], "steps": []}
+    sim = simulation(tmp_path, scenario)
+    try:
+        sim.start()
+        sim.run_for(90)
+        rbac = k8s.RbacAuthorizationV1Api(sim.api_client)
+        assert (
+            rbac.read_cluster_role_binding("serverless-karpenter").subjects[0].name == "serverless-karpenter"
+        )
+        name = nodeclass()["metadata"]["name"]
+        status = k8s.CustomObjectsApi(sim.api_client).get_cluster_custom_object(
+            "karpenter.k8s.aws", "v1", "ec2nodeclasses", name
+        )["status"]
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True"
+        log = sim.lambdas.log.getvalue()
+        assert "failed writing EC2NodeClass status" not in log
+        # Each function's token is its own role's session, mapped by its access entry.
+        users = {
+            name: sim.kube_server.access.authenticate(
+                f"Bearer {plane.kube.api_client.configuration.api_key['authorization']}"
+            )
+            for name, plane in sim.planes.items()
+        }
+        for function, user in users.items():
+            assert user is not None
+            assert user.name.endswith(
+                f":assumed-role/{sim.cluster_name}-{function}-role/{sim.cluster_name}-{function}"
+            )
+            assert "serverless-karpenter" in user.groups and "system:masters" not in user.groups
+    finally:
+        sim.stop()
