@@ -24,6 +24,8 @@ from serverless_karpenter_sim.eks_authn import EksTokenAuthenticator, aws_auth_r
 from serverless_karpenter_sim.kubeapi import KubeApiServer
 from serverless_karpenter_sim.kubeapi.server import client_configuration
 
+from tests import builders
+
 pytestmark = pytest.mark.integration
 
 CLUSTER = "rbac-test"
@@ -51,7 +53,8 @@ class Cluster:
         tokens = TokenSource(
             CLUSTER, REGION, self.clock.now, self.session(grant_function_access(self.cloud, function))
         )
-        return KubernetesGateway(k8s.ApiClient(configuration(self.server.url, tokens.token)), self.clock)
+        trusted = configuration(self.server.url, tokens.token, ca_file=self.server.authority.ca_file)
+        return KubernetesGateway(k8s.ApiClient(trusted), self.clock)
 
     def status_of(self, token: str) -> int:
         api = k8s.CoreV1Api(k8s.ApiClient(client_configuration(self.server.url, token)))
@@ -85,12 +88,7 @@ def cluster() -> Iterator[Cluster]:
         "karpenter.k8s.aws",
         "v1",
         "ec2nodeclasses",
-        {
-            "apiVersion": "karpenter.k8s.aws/v1",
-            "kind": "EC2NodeClass",
-            "metadata": {"name": "default"},
-            "spec": {},
-        },
+        builders.nodeclass(),  # a valid one: the CRD's rules refuse an empty spec
     )
     try:
         yield Cluster(cloud, server, clock, admin)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from tests.integration.simulate import deployment, nodeclass, nodepool, simulation
+from tests.builders import deployment, nodeclass, nodepool
+from tests.integration.simulate import simulation
 
 pytestmark = pytest.mark.integration
 
