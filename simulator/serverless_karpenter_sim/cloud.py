@@ -37,11 +37,17 @@ from serverless_karpenter_sim import (
     eks_access,
     fleet_network,  # noqa: F401 (installed on import)
 )
+from serverless_karpenter_sim.iam_enforcement import ENFORCEMENT
 
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 KUBERNETES_VERSION = "1.31"
 ACCOUNT = "123456789012"
+# The account administrator's credentials: the simulator's own components (and tests acting on the account)
+# sign with them and are allowed everything; each simulated Lambda signs with its role's (issue 17).
+ADMIN_ACCESS_KEY_ID = "testing"
+ADMIN_SECRET_ACCESS_KEY = "testing"
+ADMIN_SESSION_TOKEN = "testing"
 # The names through which moto's SQS models read the time (imported from moto.core.utils).
 SQS_TIME_READERS = ("unix_time", "unix_time_millis")
 _SQS_TIME_STEP = 1e-5  # seconds between two readings of the clock by moto's SQS, at the least
@@ -139,15 +145,16 @@ class SimulatedCloud:
         self.set_environment(
             {
                 "AWS_ENDPOINT_URL": url,
-                "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_SESSION_TOKEN": "testing",
+                "AWS_ACCESS_KEY_ID": ADMIN_ACCESS_KEY_ID,
+                "AWS_SECRET_ACCESS_KEY": ADMIN_SECRET_ACCESS_KEY,
+                "AWS_SESSION_TOKEN": ADMIN_SESSION_TOKEN,
                 "AWS_DEFAULT_REGION": self.region,
                 "AWS_REGION": self.region,
                 "AWS_PROFILE": None,
             }
         )
         aws.reset_sessions()
+        ENFORCEMENT.enable(ADMIN_ACCESS_KEY_ID)
         self.resources = self._seed(url)
         return self.resources
 
@@ -167,6 +174,7 @@ class SimulatedCloud:
             self._server.stop()
             self._server = None
         self._sqs_clock.close()
+        ENFORCEMENT.disable()
         # Leave the process as it was: later code must not reach a server that is gone.
         for name, value in self._saved_environment.items():
             if value is None:
@@ -209,7 +217,14 @@ class SimulatedCloud:
         )
 
     def client(self, service: str) -> Any:
-        return aws.client(service, self.region)
+        """A client signing as the account administrator, whatever function is running."""
+        session = boto3.session.Session(
+            aws_access_key_id=ADMIN_ACCESS_KEY_ID,
+            aws_secret_access_key=ADMIN_SECRET_ACCESS_KEY,
+            aws_session_token=ADMIN_SESSION_TOKEN,
+            region_name=self.region,
+        )
+        return session.client(service, config=aws.RETRY_CONFIG)  # type: ignore[call-overload]
 
     def _seed(self, url: str) -> CloudResources:
         name = self.cluster_name

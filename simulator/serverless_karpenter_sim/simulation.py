@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 from serverless_karpenter import crashpoints
+from serverless_karpenter.adapters import aws
 from serverless_karpenter.adapters.kubernetes import KubernetesGateway
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog import load_bundled_catalog
@@ -25,12 +26,13 @@ from serverless_karpenter.runtime import build_control_plane, use_control_plane
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling.resources import format_quantity
 
-from serverless_karpenter_sim.cloud import REGION, CloudResources, SimulatedCloud
+from serverless_karpenter_sim.cloud import REGION, CloudResources, SimulatedCloud, seed_stack
 from serverless_karpenter_sim.cluster import KubeletFleet, NodeShape, SimInstance, WorkloadControllers
 from serverless_karpenter_sim.cluster import Scheduler as KubeScheduler
 from serverless_karpenter_sim.faults import FaultInjector
 from serverless_karpenter_sim.invariants import InvariantReport, Invariants
 from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+from serverless_karpenter_sim.lambda_credentials import CallerCredentials, function_credentials
 from serverless_karpenter_sim.lambdas import LambdaRuntime
 from serverless_karpenter_sim.scenario import Scenario, Step
 
@@ -212,6 +214,11 @@ class Simulation:
 
     def start(self) -> None:
         self.resources = res = self.cloud.start()
+        # The stack as deployed: each function with its own role and the stack's policies on it; every
+        # call a function makes signs as its role (issue 17).
+        self.stack = seed_stack(self.cloud)
+        self.lambdas.credentials = function_credentials(self.cloud, self.stack)
+        aws.use_credentials(CallerCredentials(self.lambdas.credentials))
         url = self.kube_server.start()
         self.api_client = k8s.ApiClient(client_configuration(url))
         self.kube = KubernetesGateway(self.api_client, self.clock, component="simulator")
@@ -256,6 +263,7 @@ class Simulation:
 
     def stop(self) -> None:
         use_control_plane(None)
+        aws.use_credentials(None)
         self.kube_server.stop()
         self.cloud.stop()
 
@@ -611,11 +619,8 @@ def keep_environment(sim: Simulation) -> dict[str, str]:
     mapped in aws-auth (moto has no access-entry API), and the environment that reaches both servers."""
     import os
 
-    from serverless_karpenter_sim.cloud import seed_stack
-
     res = sim.resources
     assert res is not None, "start the simulation first"
-    seed_stack(sim.cloud)
     account = str(sim.cloud.client("sts").get_caller_identity()["Account"])
     node_role = f"arn:aws:iam::{account}:role/{res.node_role_name}"
     map_roles = [
