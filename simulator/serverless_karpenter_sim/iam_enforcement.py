@@ -102,11 +102,12 @@ def _principal(response: Any, access_key: str) -> Principal | None:
     token = _header(response, "X-Amz-Security-Token") or _first(
         response.querystring.get("X-Amz-Security-Token")
     )
-    for account_backends in list(sts_backends.values()):
-        for backend in list(account_backends.values()):
-            role = backend.get_assumed_role_from_access_key(access_key)
-            if role is not None and role.session_token == token:
-                return Principal(role.arn, role.role_arn)
+    # moto files an assumed role's session under the role's account (which it derives from the key) and
+    # partition; STS is global.
+    backend = sts_backends[str(response.current_account)]["aws"]
+    role = backend.get_assumed_role_from_access_key(access_key)
+    if role is not None and role.session_token == token:
+        return Principal(role.arn, role.role_arn)
     return None
 
 
@@ -135,11 +136,14 @@ def _params(response: Any) -> dict[str, Any]:
     """The request's parameters by botocore's member names, however the service is parsed in moto."""
     params = getattr(response, "params", None)
     if params is None or not getattr(response, "automated_parameter_parsing", False):
+        parsed_before = "params" in vars(response)
         try:
             response.parse_parameters(response.normalized_request)
             params = response.params
-        except Exception:
+        except Exception:  # a request moto cannot parse is moto's to refuse
             params = {}
+        if not parsed_before:
+            vars(response).pop("params", None)  # the service parses its own way; leave it as it was
     merged = dict(params or {})
     for key, value in (getattr(response, "uri_match", None) or {}).items():
         merged.setdefault(key, value)
@@ -159,13 +163,14 @@ def _call(response: Any, region: str) -> Call:
 def _decide(principal: Principal, call: Call) -> tuple[Authorization, bool] | None:
     """The first pair the principal's policies do not allow, and whether a Deny refused it; None if all
     are allowed."""
+    from moto.iam.exceptions import NotFoundException
     from moto.iam.models import iam_backends
 
     assert principal.role_arn is not None
     backend = iam_backends[call.account][call.partition]
     try:
         policies, boundary = iam_simulation.principal_policies(backend, principal.role_arn)
-    except Exception:
+    except NotFoundException:  # the role was deleted: its sessions have no permissions left
         policies, boundary = [], None
     for pair in authorizations(call):
         decision = iam_simulation.evaluate(policies, pair.action, pair.resource, pair.context, boundary)
