@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+from botocore.credentials import ReadOnlyCredentials
 from moto.core import utils as moto_utils
 from moto.server import ThreadedMotoServer
 from serverless_karpenter import amifamily, state_schema
@@ -37,12 +38,18 @@ from serverless_karpenter_sim import (
     eks_access,
     fleet_network,  # noqa: F401 (installed on import)
 )
+from serverless_karpenter_sim.iam_enforcement import ENFORCEMENT
 
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 KUBERNETES_VERSION = "1.31"
 ACCOUNT = "123456789012"
+# The account's operator, an IAM user, is its administrator: the simulator's own components (and tests
+# acting on the account) sign with the operator's key and are allowed everything; each simulated Lambda
+# signs with its role's (issue 17). moto's placeholder key only bootstraps the operator.
 OPERATOR_USER = "operator"
+BOOTSTRAP_ACCESS_KEY_ID = "testing"
+BOOTSTRAP_SECRET_ACCESS_KEY = "testing"
 # The names through which moto's SQS models read the time (imported from moto.core.utils).
 SQS_TIME_READERS = ("unix_time", "unix_time_millis")
 _SQS_TIME_STEP = 1e-5  # seconds between two readings of the clock by moto's SQS, at the least
@@ -123,6 +130,8 @@ class SimulatedCloud:
         self.region = region
         self._server: ThreadedMotoServer | None = None
         self.resources: CloudResources | None = None
+        # moto's placeholder key until start() makes the operator (the account's administrator).
+        self.admin = ReadOnlyCredentials(BOOTSTRAP_ACCESS_KEY_ID, BOOTSTRAP_SECRET_ACCESS_KEY, None)
         self._saved_environment: dict[str, str | None] = {}
         self._sqs_clock = contextlib.ExitStack()
 
@@ -140,9 +149,9 @@ class SimulatedCloud:
         self.set_environment(
             {
                 "AWS_ENDPOINT_URL": url,
-                "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_SESSION_TOKEN": "testing",
+                "AWS_ACCESS_KEY_ID": BOOTSTRAP_ACCESS_KEY_ID,
+                "AWS_SECRET_ACCESS_KEY": BOOTSTRAP_SECRET_ACCESS_KEY,
+                "AWS_SESSION_TOKEN": None,
                 "AWS_DEFAULT_REGION": self.region,
                 "AWS_REGION": self.region,
                 "AWS_PROFILE": None,
@@ -151,17 +160,15 @@ class SimulatedCloud:
         aws.reset_sessions()
         # The account's operator, an IAM user, creates everything, the cluster included, so that EKS makes
         # them its admin (bootstrapClusterCreatorAdminPermissions), as on a cluster made from a laptop.
-        iam = self.client("iam")
+        iam = self.client("iam")  # as moto's placeholder key, before enforcement
         iam.create_user(UserName=OPERATOR_USER)
         key = iam.create_access_key(UserName=OPERATOR_USER)["AccessKey"]
+        self.admin = ReadOnlyCredentials(key["AccessKeyId"], key["SecretAccessKey"], None)
         self.set_environment(
-            {
-                "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
-                "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
-                "AWS_SESSION_TOKEN": None,
-            }
+            {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
         )
         aws.reset_sessions()
+        ENFORCEMENT.enable(key["AccessKeyId"])
         self.resources = self._seed(url)
         return self.resources
 
@@ -181,6 +188,7 @@ class SimulatedCloud:
             self._server.stop()
             self._server = None
         self._sqs_clock.close()
+        ENFORCEMENT.disable()
         # Leave the process as it was: later code must not reach a server that is gone.
         for name, value in self._saved_environment.items():
             if value is None:
@@ -235,7 +243,13 @@ class SimulatedCloud:
         )
 
     def client(self, service: str) -> Any:
-        return aws.client(service, self.region)
+        """A client signing as the account administrator, whatever function is running."""
+        session = boto3.session.Session(
+            aws_access_key_id=self.admin.access_key,
+            aws_secret_access_key=self.admin.secret_key,
+            region_name=self.region,
+        )
+        return session.client(service, config=aws.RETRY_CONFIG)  # type: ignore[call-overload]
 
     def _seed(self, url: str) -> CloudResources:
         name = self.cluster_name

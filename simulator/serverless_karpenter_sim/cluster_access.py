@@ -59,6 +59,19 @@ def grant_function_access(cloud: SimulatedCloud, function: str) -> dict[str, str
     """The access entry the stack gives the function's role, and the credentials Lambda would hand the
     function (as ``AWS_*`` environment variables)."""
     role = function_role(cloud, function)
+    grant_cluster_access(cloud, role)
+    session = f"{cloud.cluster_name}-{function}"[:64]
+    credentials = cloud.client("sts").assume_role(RoleArn=role, RoleSessionName=session)["Credentials"]
+    return {
+        "AWS_ACCESS_KEY_ID": credentials["AccessKeyId"],
+        "AWS_SECRET_ACCESS_KEY": credentials["SecretAccessKey"],
+        "AWS_SESSION_TOKEN": credentials["SessionToken"],
+    }
+
+
+def grant_cluster_access(cloud: SimulatedCloud, role: str) -> None:
+    """The access entry the stack gives a function's role (``infra/access.py``): type ``STANDARD``, in
+    the Kubernetes group ``deploy/rbac.yaml`` binds to the functions' ClusterRole."""
     eks = cloud.client("eks")
     listed = eks.list_access_entries(clusterName=cloud.cluster_name)["accessEntries"]
     if role not in listed:
@@ -68,13 +81,6 @@ def grant_function_access(cloud: SimulatedCloud, function: str) -> dict[str, str
             type="STANDARD",
             kubernetesGroups=[naming.KUBERNETES_GROUP],
         )
-    session = f"{cloud.cluster_name}-{function}"[:64]
-    credentials = cloud.client("sts").assume_role(RoleArn=role, RoleSessionName=session)["Credentials"]
-    return {
-        "AWS_ACCESS_KEY_ID": credentials["AccessKeyId"],
-        "AWS_SECRET_ACCESS_KEY": credentials["SecretAccessKey"],
-        "AWS_SESSION_TOKEN": credentials["SessionToken"],
-    }
 
 
 def rbac_documents(path: Path = RBAC_MANIFEST) -> list[dict[str, Any]]:

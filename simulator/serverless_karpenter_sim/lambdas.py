@@ -18,6 +18,8 @@ from typing import Any, Self, TextIO
 from serverless_karpenter.clock import Clock
 from serverless_karpenter.deployment import FUNCTION_TIMEOUT_SECONDS
 
+from serverless_karpenter_sim.lambda_credentials import FunctionCredentials
+
 # Powertools' idempotency modules, which read the time as ``dt.datetime.now()`` (``import datetime as
 # dt``): when an INPROGRESS record expires, and when a record's idempotency window ends.
 POWERTOOLS_TIME_READERS = (
@@ -139,6 +141,8 @@ class LambdaRuntime:
 
     def __init__(self, cluster_name: str, clock: Clock, log: TextIO | None = None) -> None:
         self.cluster_name = cluster_name
+        # Each function's role credentials (set once the stack's roles exist); None: the environment's.
+        self.credentials: FunctionCredentials | None = None
         self.clock = clock
         self.log: TextIO = log or io.StringIO()
         self.handlers: dict[str, ModuleType] = {}
@@ -164,7 +168,8 @@ class LambdaRuntime:
             timeout_seconds=self.timeout_seconds(name),
         )
         self.invocations[name] = self.invocations.get(name, 0) + 1
-        with contextlib.redirect_stdout(self.log), powertools_on(self._virtual_datetime):
+        acting = self.credentials.acting_as(name) if self.credentials else contextlib.nullcontext()
+        with contextlib.redirect_stdout(self.log), powertools_on(self._virtual_datetime), acting:
             try:
                 return module.lambda_handler(event, context)
             except Exception:

@@ -22,21 +22,20 @@ from serverless_karpenter.catalog import load_bundled_catalog
 from serverless_karpenter.clock import ManualClock
 from serverless_karpenter.config import Settings
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
-from serverless_karpenter.naming import FUNCTION_NAMES
 from serverless_karpenter.observability import NAMESPACE
-from serverless_karpenter.provisioning.context import ControlPlane
-from serverless_karpenter.runtime import build_control_plane, installed_control_plane, use_control_plane
+from serverless_karpenter.runtime import build_control_plane, use_control_plane
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling.resources import format_quantity
 
-from serverless_karpenter_sim.cloud import REGION, CloudResources, SimulatedCloud
+from serverless_karpenter_sim.cloud import REGION, CloudResources, SimulatedCloud, seed_stack
 from serverless_karpenter_sim.cluster import KubeletFleet, NodeShape, SimInstance, WorkloadControllers
 from serverless_karpenter_sim.cluster import Scheduler as KubeScheduler
-from serverless_karpenter_sim.cluster_access import apply_rbac, component_clients, grant_function_access
+from serverless_karpenter_sim.cluster_access import apply_rbac, component_clients, grant_cluster_access
 from serverless_karpenter_sim.eks_authn import EksTokenAuthenticator, aws_auth_reader
 from serverless_karpenter_sim.faults import FaultInjector
 from serverless_karpenter_sim.invariants import InvariantReport, Invariants
 from serverless_karpenter_sim.kubeapi import KubeApiServer
+from serverless_karpenter_sim.lambda_credentials import CallerCredentials, function_credentials
 from serverless_karpenter_sim.lambdas import LambdaRuntime
 from serverless_karpenter_sim.scenario import Scenario, Step
 
@@ -218,6 +217,11 @@ class Simulation:
 
     def start(self) -> None:
         self.resources = res = self.cloud.start()
+        # The stack as deployed: each function with its own role and the stack's policies on it; every
+        # call a function makes signs as its role (issue 17).
+        self.stack = seed_stack(self.cloud)
+        self.lambdas.credentials = function_credentials(self.cloud, self.stack)
+        aws.use_credentials(CallerCredentials(self.lambdas.credentials))
         url = self.kube_server.start()
         self.cloud.serve_cluster_endpoint(url, self.kube_server.authority.ca_data)
         eks_authenticator = EksTokenAuthenticator(
@@ -241,14 +245,13 @@ class Simulation:
         }
         self.cloud.set_environment(dict(env))
         self.settings = Settings()
-        # Each function's control plane holds its own role's credentials, as its Lambda would.
-        self.planes = {
-            name: self._function_plane(grant_function_access(self.cloud, name)) for name in FUNCTION_NAMES
-        }
-        self.plane = self.planes["provisioner"]  # what tests drive as the functions do
-        # The process's own: the operator's tools (doctor, status, explain) run as the cluster's creator.
-        self.operator_plane = build_control_plane(self.settings, self.clock)
-        use_control_plane(self.operator_plane)
+        # Each function's role has the access entry the stack gives it. The one control plane signs every
+        # AWS call and EKS token as the function running (CallerCredentials), and as the account's
+        # operator, the cluster's creator, outside any invocation (doctor, status, explain).
+        for role in self.stack.function_roles.values():
+            grant_cluster_access(self.cloud, role)
+        self.plane = build_control_plane(self.settings, self.clock)
+        use_control_plane(self.plane)
         watcher = self.lambdas.handler("watcher")
         # The watcher invokes the provisioner through Lambda; here that is an in-process call.
         watcher.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)  # type: ignore[attr-defined]
@@ -272,23 +275,9 @@ class Simulation:
         self.note(f"cluster {self.cluster_name} up: moto at {res.endpoint_url}, kube-apiserver at {url}")
         self.apply(self.scenario.manifests)
 
-    def _function_plane(self, credentials: dict[str, str]) -> ControlPlane:
-        """A control plane built with ``credentials`` (its clients and its EKS tokens sign with them)."""
-        saved = {name: os.environ.get(name) for name in credentials}
-        os.environ.update(credentials)
-        aws.reset_sessions()
-        try:
-            return build_control_plane(self.settings, self.clock)
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            aws.reset_sessions()
-
     def stop(self) -> None:
         use_control_plane(None)
+        aws.use_credentials(None)
         self.kube_server.stop()
         self.cloud.stop()
 
@@ -395,8 +384,6 @@ class Simulation:
     # -- the loop ------------------------------------------------------------------------------------
 
     def _invoke(self, name: str, event: dict[str, Any]) -> Any:
-        caller = installed_control_plane()
-        use_control_plane(self.planes[name])
         try:
             with self.faults.invocation(name):
                 return self.lambdas.invoke(name, event)
@@ -411,8 +398,6 @@ class Simulation:
             self.faults.lambda_failures.append(f"{name}: {type(error).__name__}: {error}")
             self.note(f"{name} failed: {type(error).__name__}")
             return None
-        finally:
-            use_control_plane(caller)
 
     def _due(self, name: str, every: float) -> bool:
         last = self._last_run.get(name)
@@ -650,11 +635,8 @@ def keep_environment(sim: Simulation) -> dict[str, str]:
     process (``simulate --keep``): the stack's outputs and functions seeded in moto, the node role
     mapped in aws-auth (moto has no access-entry API), and the environment that reaches both servers."""
 
-    from serverless_karpenter_sim.cloud import seed_stack
-
     res = sim.resources
     assert res is not None, "start the simulation first"
-    seed_stack(sim.cloud)
     account = str(sim.cloud.client("sts").get_caller_identity()["Account"])
     node_role = f"arn:aws:iam::{account}:role/{res.node_role_name}"
     map_roles = [

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 from serverless_karpenter import naming
-from serverless_karpenter_sim.cloud import ACCOUNT, DeployedStack, map_event_source, put_stack, seed_stack
+from serverless_karpenter_sim.cloud import ACCOUNT, DeployedStack, map_event_source, put_stack
 from serverless_karpenter_sim.eks_access import API, API_AND_CONFIG_MAP
 from serverless_karpenter_sim.scenario import Scenario
 from serverless_karpenter_sim.simulation import Simulation
@@ -231,7 +231,7 @@ def start_correct_setup(authentication_mode: str = API) -> Iterator[DoctorSetup]
     try:
         sim.start()
         # The stack's own policies on its function roles, for the Lambda-permissions check to simulate.
-        stack = seed_stack(sim.cloud)
+        stack = sim.stack
         account = ACCOUNT
         if authentication_mode != API_AND_CONFIG_MAP:  # the simulated cluster's mode, as created
             sim.cloud.client("eks").update_cluster_config(

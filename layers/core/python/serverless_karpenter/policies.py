@@ -94,6 +94,8 @@ class Capability(StrEnum):
     EC2_TERMINATE = "ec2-terminate"  # TerminateInstances on our instances
     EC2_DELETE_LAUNCH_TEMPLATES = "ec2-delete-launch-templates"  # on our launch templates
     INSTANCE_PROFILES = "instance-profiles"  # EC2NodeClass.spec.role: managed instance profiles
+    # Reading the managed instance profile: resolving an EC2NodeClass with spec.role looks it up (issue 17)
+    READ_INSTANCE_PROFILES = "read-instance-profiles"
     SSM_PUBLIC_PARAMETERS = "ssm-public-parameters"  # EKS-optimised AMI ids
     PRICING = "pricing"
     INVOKE_PROVISIONER = "invoke-provisioner"
@@ -120,6 +122,7 @@ FUNCTION_CAPABILITIES: Mapping[str, frozenset[Capability]] = MappingProxyType(
                 Capability.EC2_TERMINATE,
                 Capability.EC2_DELETE_LAUNCH_TEMPLATES,
                 Capability.INSTANCE_PROFILES,
+                Capability.READ_INSTANCE_PROFILES,
                 Capability.SSM_PUBLIC_PARAMETERS,
                 Capability.PRICING,
             }
@@ -135,12 +138,14 @@ FUNCTION_CAPABILITIES: Mapping[str, frozenset[Capability]] = MappingProxyType(
             }
         ),
         # Decides what to disrupt (drift needs AMI ids, consolidation needs prices); launches go through
-        # the provisioner's lifecycle reconcile, so it has no launch rights.
+        # the provisioner's lifecycle reconcile, so it has no launch rights. It resolves each EC2NodeClass
+        # as the provisioner does, which with spec.role reads the managed instance profile.
         "disruption": frozenset(
             {
                 Capability.KUBERNETES_API,
                 Capability.STATE_READ_WRITE,
                 Capability.EC2_READ,
+                Capability.READ_INSTANCE_PROFILES,
                 Capability.SSM_PUBLIC_PARAMETERS,
                 Capability.PRICING,
                 Capability.SEND_TERMINATION_WORK,
@@ -246,6 +251,7 @@ class _Statements:
             Capability.EC2_TERMINATE: self._ec2_terminate,
             Capability.EC2_DELETE_LAUNCH_TEMPLATES: self._ec2_delete_launch_templates,
             Capability.INSTANCE_PROFILES: self._instance_profiles,
+            Capability.READ_INSTANCE_PROFILES: self._read_instance_profiles,
             Capability.SSM_PUBLIC_PARAMETERS: self._ssm_public_parameters,
             Capability.PRICING: self._pricing,
             Capability.INVOKE_PROVISIONER: self._invoke_provisioner,
@@ -403,8 +409,11 @@ class _Statements:
                     "StringLike": {f"aws:ResourceTag/{labels.EC2NODECLASS}": "*"},
                 },
             ),
-            _allow("AllowInstanceProfileReadActions", ["iam:GetInstanceProfile"], profiles),
         ]
+
+    def _read_instance_profiles(self) -> list[Statement]:
+        profiles = [self._arn("iam", "instance-profile/*", region="")]
+        return [_allow("AllowInstanceProfileReadActions", ["iam:GetInstanceProfile"], profiles)]
 
     def _ssm_public_parameters(self) -> list[Statement]:
         return [

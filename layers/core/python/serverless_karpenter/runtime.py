@@ -180,7 +180,7 @@ def build_control_plane(settings: Settings | None = None, clock: Clock | None = 
         with tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False) as handle:
             handle.write(base64.b64decode(ca_data))
             ca_file = handle.name
-    tokens = TokenSource(settings.cluster_name, region, clock.now, aws.session(region))
+    tokens = TokenSource(settings.cluster_name, region, clock.now, aws.shared_session(region))
     cfg = configuration(
         endpoint,
         tokens.token,

@@ -12,7 +12,9 @@ from functools import cache
 from typing import Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
+from botocore.credentials import CredentialProvider, CredentialResolver, Credentials
 
 RETRY_CONFIG = Config(
     retries={"mode": "adaptive", "max_attempts": 8},
@@ -22,14 +24,48 @@ RETRY_CONFIG = Config(
 )
 
 
+# Credentials every session is to sign with instead of the environment's; None: the environment's (a
+# deployed Lambda: its role's session credentials). The local simulator runs every function in one
+# process, so it installs credentials that sign as whichever function is running (issue 17).
+_credentials: Credentials | None = None
+
+
+class _GivenCredentials(CredentialProvider):
+    METHOD = "given"
+
+    def __init__(self, credentials: Credentials) -> None:
+        super().__init__()
+        self._credentials = credentials
+
+    def load(self) -> Credentials:
+        return self._credentials
+
+
 @cache
 def _session(region: str) -> boto3.session.Session:
-    return boto3.session.Session(region_name=region)
+    return new_session(region)
 
 
-def session(region: str) -> boto3.session.Session:
-    """The session every client of ``region`` is made from (its credentials are the function's)."""
+def new_session(region: str) -> boto3.session.Session:
+    """A new session, signing with the installed credentials (:func:`use_credentials`) if any."""
+    if _credentials is None:
+        return boto3.session.Session(region_name=region)
+    core = botocore.session.get_session()
+    core.register_component("credential_provider", CredentialResolver([_GivenCredentials(_credentials)]))
+    return boto3.session.Session(region_name=region, botocore_session=core)
+
+
+def shared_session(region: str) -> boto3.session.Session:
+    """The process's session for ``region``, the one :func:`client` makes clients from (its credentials
+    are the function's)."""
     return _session(region)
+
+
+def use_credentials(credentials: Credentials | None) -> None:
+    """Sign every session made from now on with ``credentials`` (None: the environment's)."""
+    global _credentials
+    _credentials = credentials
+    reset_sessions()
 
 
 def client(service: str, region: str) -> Any:

@@ -36,6 +36,19 @@ LAUNCH_TEMPLATE_PREFIX = "karpenter.k8s.aws"
 LAUNCH_TEMPLATE_CLUSTER_TAG = "karpenter.k8s.aws/cluster"
 
 
+class NodeClassResolutionError(ValueError):
+    """An EC2NodeClass could not be resolved because AWS refused or failed a call for it (a ValueError, as
+    every other reason a node class is not ready: callers skip that one node class, not the whole pass)."""
+
+    def __init__(self, nodeclass: str, error: ClientError) -> None:
+        details = error.response.get("Error") or {}
+        operation = getattr(error, "operation_name", "") or "a call"
+        self.code = str(details.get("Code") or "")
+        super().__init__(
+            f'EC2NodeClass "{nodeclass}": {operation} failed ({self.code}): {details.get("Message") or error}'
+        )
+
+
 @dataclass(frozen=True)
 class Subnet:
     id: str
@@ -192,17 +205,23 @@ class NodeClassResolver:
 
     def resolve(self, nodeclass: Mapping[str, Any]) -> ResolvedNodeClass:
         if self._now is None:
-            return self._resolve(nodeclass)
+            return self._resolve_or_raise(nodeclass)
         key = (nodeclass["metadata"]["name"], json.dumps(nodeclass.get("spec") or {}, sort_keys=True))
         now = self._now()
         cached = self._cache.get(key)
         if cached is not None and now - cached[0] < RESOLVE_TTL:
             return cached[1]
-        resolved = self._resolve(nodeclass)
+        resolved = self._resolve_or_raise(nodeclass)
         # One entry per EC2NodeClass: an older spec's entry is dropped, not left to grow the cache.
         self._cache = {k: v for k, v in self._cache.items() if k[0] != key[0]}
         self._cache[key] = (now, resolved)
         return resolved
+
+    def _resolve_or_raise(self, nodeclass: Mapping[str, Any]) -> ResolvedNodeClass:
+        try:
+            return self._resolve(nodeclass)
+        except ClientError as error:  # refused (AccessDenied) or failed: this node class is not ready
+            raise NodeClassResolutionError(str(nodeclass["metadata"]["name"]), error) from error
 
     def _resolve(self, nodeclass: Mapping[str, Any]) -> ResolvedNodeClass:
         spec = nodeclass.get("spec") or {}
@@ -450,6 +469,16 @@ class FleetLauncher:
             wk.EC2NODECLASS: nodeclass.name,
         }
 
+    def network_interface_tags(
+        self, nodeclass: ResolvedNodeClass, bootstrap: amifamily.NodeBootstrap
+    ) -> dict[str, str]:
+        """What a launch tags the instance's network interfaces with: its instance's tags but the claim's."""
+        tags = {**nodeclass.tags, **self.cluster_tags(), wk.EC2NODECLASS: nodeclass.name}
+        nodepool = bootstrap.labels.get(wk.NODEPOOL)
+        if nodepool:
+            tags[wk.NODEPOOL] = nodepool
+        return tags
+
     def _template_data(
         self, nodeclass: ResolvedNodeClass, arch: str, bootstrap: amifamily.NodeBootstrap
     ) -> dict[str, Any]:
@@ -478,6 +507,18 @@ class FleetLauncher:
             ]
         if nodeclass.instance_profile:
             data["IamInstanceProfile"] = {"Name": nodeclass.instance_profile}
+        # A launch creates the instance's network interface too, and the stack's policy (Karpenter's) lets
+        # RunInstances/CreateFleet create one only with this cluster's and a NodePool's tags on the request.
+        # CreateFleet cannot tag network interfaces, so the template does, as Karpenter's templates do.
+        data["TagSpecifications"] = [
+            {
+                "ResourceType": "network-interface",
+                "Tags": [
+                    {"Key": k, "Value": v}
+                    for k, v in self.network_interface_tags(nodeclass, bootstrap).items()
+                ],
+            }
+        ]
         if nodeclass.block_device_mappings:
             data["BlockDeviceMappings"] = [_block_device(b) for b in nodeclass.block_device_mappings]
         return data

@@ -14,6 +14,8 @@ import boto3
 from botocore.model import ServiceId
 from botocore.signers import RequestSigner
 
+from serverless_karpenter.adapters import aws
+
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
 PRESIGN_SECONDS = 60
@@ -22,7 +24,7 @@ REFRESH_BEFORE = timedelta(minutes=1)
 
 
 def presigned_token(cluster_name: str, region: str, session: boto3.session.Session | None = None) -> str:
-    session = session or boto3.session.Session(region_name=region)
+    session = session or aws.shared_session(region)
     credentials = session.get_credentials()
     if credentials is None:
         raise RuntimeError("no AWS credentials to sign the EKS token with")
@@ -50,8 +52,13 @@ def decode_token(token: str) -> str:
 
 
 class TokenSource:
-    """Tokens signed with ``session``'s credentials: those the function's other AWS clients were made with,
-    so its Kubernetes identity is its IAM role's."""
+    """The bearer token of the credentials signing now, kept until a minute before it expires.
+
+    The credentials are ``session``'s when given (those the function's other AWS clients were made with),
+    else the shared session's. Tokens are kept per access key: a token names the identity that signed it,
+    and credentials rotate (a Lambda's role session is renewed; the local simulator signs as whichever
+    function is running), so its Kubernetes identity is always its IAM role's.
+    """
 
     def __init__(
         self,
@@ -64,16 +71,16 @@ class TokenSource:
         self._region = region
         self._now = now
         self._session = session
-        self._token: str | None = None
-        self._issued: datetime | None = None
+        self._tokens: dict[str, tuple[str, datetime]] = {}
 
     def token(self) -> str:
         now = self._now()
-        if (
-            self._token is None
-            or self._issued is None
-            or now >= self._issued + TOKEN_LIFETIME - REFRESH_BEFORE
-        ):
-            self._token = presigned_token(self._cluster, self._region, self._session)
-            self._issued = now
-        return self._token
+        session = self._session or aws.shared_session(self._region)
+        credentials = session.get_credentials()
+        key = str(credentials.get_frozen_credentials().access_key or "") if credentials is not None else ""
+        kept = self._tokens.get(key)
+        if kept is None or now >= kept[1] + TOKEN_LIFETIME - REFRESH_BEFORE:
+            kept = (presigned_token(self._cluster, self._region, session), now)
+            self._tokens = {k: v for k, v in self._tokens.items() if now < v[1] + TOKEN_LIFETIME}
+            self._tokens[key] = kept
+        return kept[0]

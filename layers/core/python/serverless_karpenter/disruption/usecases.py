@@ -44,7 +44,6 @@ from serverless_karpenter.disruption.candidates import (
     observe_pod_events,
     pending_command,
 )
-from serverless_karpenter.lifecycle.launch import launch_record
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, Msg, emit_dimensioned, logger
 from serverless_karpenter.provisioning.context import ControlPlane
@@ -269,9 +268,15 @@ def untaint_orphans(plane: ControlPlane, snapshot: Snapshot) -> list[str]:
     return untainted
 
 
-def _launch_replacements(
+def _request_replacements(
     plane: ControlPlane, snapshot: Snapshot, command: m.Command, command_id: str
 ) -> list[str]:
+    """Write the replacements' NodeClaim records, Pending; their names.
+
+    The provisioner's lifecycle reconcile launches them (it launches every Pending record), as it holds
+    the launch rights: the disruption role has none (policies.py), so a CreateFleet from here is refused
+    on AWS and every replacing command was abandoned (issue 17).
+    """
     provisioner = Provisioner(plane)
     names: list[str] = []
     for claim in command.replacements:
@@ -281,10 +286,8 @@ def _launch_replacements(
         if record is None:
             continue
         annotations = {**record.annotations, REPLACEMENT_FOR_ANNOTATION: command_id}
-        record = plane.store.save(record.model_copy(update={"annotations": annotations}))
-        launched = launch_record(plane, record, snapshot.resolved.get(record.nodeclass))  # type: ignore[arg-type]
-        if launched.state == NodeClaimState.LAUNCHED:
-            names.append(record.name)
+        plane.store.save(record.model_copy(update={"annotations": annotations}))
+        names.append(record.name)
     return names
 
 
@@ -398,7 +401,7 @@ def validate(
         run.executed.append(f"{fresh.method}: delete {', '.join(fresh.names())}")
         return
     _log_decision(fresh, "launching replacements")
-    launched = _launch_replacements(plane, view, fresh, command_id)
+    launched = _request_replacements(plane, view, fresh, command_id)
     fresh_records = _records_by_name(plane)
     current = [fresh_records[n] for n in names if n in fresh_records]
     if len(launched) != len(fresh.replacements):
