@@ -481,7 +481,7 @@ class FaultInjector:
 
     def _hook_clients(self) -> None:
         """Hook the clients the control plane and the handler modules already hold."""
-        holders: list[Any] = [getattr(self.sim, "plane", None)]
+        holders: list[Any] = self._planes()
         for module in self.sim.lambdas.handlers.values():
             holders.extend(vars(module).values())
         for holder in holders:
@@ -596,10 +596,19 @@ class FaultInjector:
 
     # -- Lambda timeouts mid-drain -------------------------------------------------------------------
 
+    def _planes(self) -> list[Any]:
+        """The control planes of the functions (each runs with its own, as its own Lambda)."""
+        planes = getattr(self.sim, "planes", None)
+        return list(planes.values()) if planes else [getattr(self.sim, "plane", None)]
+
     def _wrap_evict(self) -> None:
         if self._evict_wrapped:
             return
-        kube = self.sim.plane.kube
+        for plane in self._planes():
+            self._wrap_plane_evict(plane.kube)
+        self._evict_wrapped = True
+
+    def _wrap_plane_evict(self, kube: Any) -> None:
         original = kube.evict
 
         def evict(pod: Any) -> str:
@@ -618,7 +627,6 @@ class FaultInjector:
             return outcome
 
         vars(kube)["evict"] = evict  # an instance attribute shadows the method for this plane only
-        self._evict_wrapped = True
 
     # -- SQS delivery --------------------------------------------------------------------------------
 
