@@ -597,9 +597,8 @@ class FaultInjector:
     # -- Lambda timeouts mid-drain -------------------------------------------------------------------
 
     def _planes(self) -> list[Any]:
-        """The control planes of the functions (each runs with its own, as its own Lambda)."""
-        planes = getattr(self.sim, "planes", None)
-        return list(planes.values()) if planes else [getattr(self.sim, "plane", None)]
+        """The control plane the functions run with (one, signing as whichever function is running)."""
+        return [self.sim.plane]
 
     def _wrap_evict(self) -> None:
         if self._evict_wrapped:

@@ -122,7 +122,7 @@ def fresh_process(setup: DoctorSetup, monkeypatch: pytest.MonkeyPatch) -> Iterat
     try:
         yield
     finally:
-        use_control_plane(setup.sim.operator_plane)
+        use_control_plane(setup.sim.plane)
 
 
 def test_undeployed_stack_from_a_fresh_process(

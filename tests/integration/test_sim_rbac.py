@@ -6,6 +6,10 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
+from serverless_karpenter import naming
+from serverless_karpenter.adapters.eks_token import presigned_token
+from serverless_karpenter.naming import FUNCTION_NAMES
+from serverless_karpenter_sim.cloud import REGION
 
 from tests.builders import deployment, nodeclass, nodepool
 from tests.integration.simulate import simulation
@@ -32,17 +36,15 @@ def test_functions_run_with_their_own_identity_and_write_the_nodeclass_status(tm
         log = sim.lambdas.log.getvalue()
         assert "failed writing EC2NodeClass status" not in log
         # Each function's token is its own role's session, mapped by its access entry.
-        users = {
-            name: sim.kube_server.access.authenticate(
-                f"Bearer {plane.kube.api_client.configuration.api_key['authorization']}"
-            )
-            for name, plane in sim.planes.items()
-        }
+        users = {}
+        for function in FUNCTION_NAMES:
+            with sim.lambdas.credentials.acting_as(function):
+                token = presigned_token(sim.cluster_name, REGION)
+            users[function] = sim.kube_server.access.authenticate(f"Bearer {token}")
         for function, user in users.items():
             assert user is not None
-            assert user.name.endswith(
-                f":assumed-role/{sim.cluster_name}-{function}-role/{sim.cluster_name}-{function}"
-            )
+            session = sim.stack.outputs[naming.function_output(function)]
+            assert user.name.endswith(f":assumed-role/{sim.cluster_name}-{function}-role/{session}")
             assert "serverless-karpenter" in user.groups and "system:masters" not in user.groups
     finally:
         sim.stop()

@@ -40,7 +40,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
     try:
         sim.start()
         sim.run_for(150)
-        use_control_plane(sim.operator_plane)
+        use_control_plane(sim.plane)
         yield sim
     finally:
         sim.stop()
