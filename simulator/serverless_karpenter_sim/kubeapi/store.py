@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from serverless_karpenter.clock import Clock, parse_rfc3339, to_rfc3339
 
-from . import codec, patch, policy, selectors
+from . import admission, codec, patch, policy, selectors
 from .audit import Audit, BudgetViolation, EvictionRecord
 from .errors import (
     STALE_OBJECT,
@@ -334,6 +334,7 @@ class Store:
                         "metadata.finalizers",
                         f'Invalid value: "{finalizer}": {why}',
                     )
+        admission.validate(kind, obj, old)
         if old is None:
             return
         old_meta = _meta(old)
@@ -443,6 +444,7 @@ class Store:
         if "status" in kind.subresources and not kind.keep_status_on_create:
             obj.pop("status", None)
         _apply_create_defaults(kind, obj, now)
+        admission.admit_create(kind, obj)
         self._validate(kind, obj, None)
         entry = self._commit(kind, "ADDED", key, obj, None)
         if kind.resource_id == _CORE_EVENTS.resource_id:
