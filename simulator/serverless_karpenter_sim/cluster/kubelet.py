@@ -325,7 +325,6 @@ class KubeletFleet:
         self._bound_seen: dict[str, datetime] = {}
         self._deleting_seen: set[str] = set()
         self._heartbeats: dict[str, datetime] = {}  # node name -> when its kubelet last reported
-        self._silenced: set[str] = set()  # node names whose kubelet a fault stopped
         self._next_pod_ip = 0
 
     # -- step --
@@ -356,7 +355,7 @@ class KubeletFleet:
                 continue
             backing = instances.get(instance_id)
             state = None if backing is None or backing.state == "terminated" else backing.state
-            if backing is not None and state == "running" and name not in self._silenced:
+            if backing is not None and state == "running":
                 live_nodes[name] = backing
                 self._heartbeats[name] = now
                 if self._ready_due(node, backing, now):
@@ -368,10 +367,6 @@ class KubeletFleet:
         report.node_lifecycle = self.node_lifecycle.step(now, list(nodes.values()), pods, kubelets)
         self._sync_pods(pods, nodes, live_nodes, now, report)
         return report
-
-    def stop_kubelet(self, node_name: str) -> None:
-        """The kubelet of ``node_name`` stops reporting and acting, its instance still running (a fault)."""
-        self._silenced.add(node_name)
 
     # -- nodes --
 
