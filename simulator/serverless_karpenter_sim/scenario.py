@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.manifests import is_karpenter_kind, parse_manifest
 
-STEP_KINDS = ("wait", "event", "scale", "apply", "delete", "sqs", "fault")
+STEP_KINDS = ("wait", "event", "scale", "apply", "delete", "sqs", "fault", "ec2", "patch", "ami")
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
@@ -31,7 +31,8 @@ def parse_duration(text: str | int | float) -> float:
 
 
 class Step(BaseModel):
-    """One step: exactly one of wait, event, scale, apply, delete, sqs, fault."""
+    """One step: exactly one of wait, event, scale, apply, delete, sqs, fault, ec2, patch, ami (the last
+    three: see ``scenario_steps``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -42,6 +43,9 @@ class Step(BaseModel):
     delete: dict[str, Any] | None = None
     sqs: str | None = None
     fault: dict[str, Any] | None = None
+    ec2: dict[str, Any] | None = None
+    patch: dict[str, Any] | None = None
+    ami: dict[str, Any] | None = None
 
     @field_validator("wait", mode="before")
     @classmethod

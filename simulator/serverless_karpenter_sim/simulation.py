@@ -38,6 +38,7 @@ from serverless_karpenter_sim.kubeapi import KubeApiServer
 from serverless_karpenter_sim.lambda_credentials import CallerCredentials, function_credentials
 from serverless_karpenter_sim.lambdas import LambdaRuntime
 from serverless_karpenter_sim.scenario import Scenario, Step
+from serverless_karpenter_sim.scenario_steps import ec2_action, patch_object, publish_ami
 
 KARPENTER_PLURALS = {
     ("karpenter.sh", "NodePool"): ("v1", "nodepools"),
@@ -541,10 +542,13 @@ class Simulation:
                 self.delete(step.delete)
             case "sqs":
                 assert step.sqs is not None
-                self.send_raw(step.sqs)
+                self.send_raw(self._resolve(step.sqs))
             case "fault":
                 assert step.fault is not None
                 self.fault(step.fault)
+            case "ec2" | "patch" | "ami":
+                action = {"ec2": ec2_action, "patch": patch_object, "ami": publish_ami}[step.kind]
+                self.note(action(self, self._resolve_all(getattr(step, step.kind))))
 
     def run(self) -> SimulationReport:
         if not self._started:

@@ -131,6 +131,10 @@ def test_pending_to_initialized_with_label_and_taint_sync(sim: Simulation) -> No
     # The agent the startup taint waits for removes it; registration does not put it back.
     kept = [t for t in node(sim, name)["spec"]["taints"] if t["key"] != STARTUP_TAINT["key"]]
     core.patch_node(name, {"spec": {"taints": kept}})
+    # The not-ready taint admission put on the new Node is still there, as Karpenter waits to see it go.
+    assert ("node.kubernetes.io/not-ready", "NoSchedule") in {(t["key"], t["effect"]) for t in kept}
+    assert reconciler.reconcile().initialized == []
+    sim.kubelets.step(sim.clock.now())  # the node lifecycle controller sees Ready and lifts it
     assert reconciler.reconcile().initialized == ["default-life1"]
     final = sim.plane.store.get("default-life1")
     assert final is not None and final.state == NodeClaimState.INITIALIZED

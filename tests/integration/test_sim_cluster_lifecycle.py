@@ -183,7 +183,17 @@ def test_kubelet_registers_a_node_from_instance_and_user_data(sim: Sim) -> None:
     node = sim.node(instance.private_dns_name)
     assert node is not None
     assert node["spec"]["providerID"] == f"aws:///us-west-2b/{instance.instance_id}"
-    assert node["spec"]["taints"] == [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
+    # TaintNodesByCondition: admission adds not-ready:NoSchedule, the lifecycle controller its NoExecute
+    # twin while Ready is False.
+    assert node["spec"]["taints"] == [
+        {"key": "karpenter.sh/unregistered", "effect": "NoExecute"},
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        {
+            "key": "node.kubernetes.io/not-ready",
+            "effect": "NoExecute",
+            "timeAdded": node["metadata"]["creationTimestamp"],
+        },
+    ]
     labels = node["metadata"]["labels"]
     assert labels["topology.kubernetes.io/zone"] == "us-west-2b"
     assert labels["topology.kubernetes.io/region"] == "us-west-2"
@@ -202,19 +212,26 @@ def test_kubelet_registers_a_node_from_instance_and_user_data(sim: Sim) -> None:
     sim.tick(9)
     assert ready(sim.node(instance.private_dns_name)) == "False"  # type: ignore[arg-type]
     sim.tick(1)
-    assert ready(sim.node(instance.private_dns_name)) == "True"  # type: ignore[arg-type]
+    ready_node = sim.node(instance.private_dns_name)
+    assert ready(ready_node) == "True"  # type: ignore[arg-type]
+    assert ready_node["spec"]["taints"] == [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]  # type: ignore[index]
 
     # A kubelet registers once: a Node deleted under a running instance does not come back.
     sim.core.delete_node(instance.private_dns_name)
     sim.tick(2)
     assert sim.node(instance.private_dns_name) is None
 
-    # Without registration flags, no taints and the on-demand default.
+    # Without registration flags, only the not-ready taints until Ready, and the on-demand default.
     plain = sim.launch()
     sim.tick(30)
     plain_node = sim.node(plain.private_dns_name)
     assert plain_node is not None
-    assert not plain_node["spec"].get("taints")
+    assert {(t["key"], t["effect"]) for t in plain_node["spec"]["taints"]} == {
+        ("node.kubernetes.io/not-ready", "NoSchedule"),
+        ("node.kubernetes.io/not-ready", "NoExecute"),
+    }
+    sim.tick(10)
+    assert not sim.node(plain.private_dns_name)["spec"].get("taints")  # type: ignore[index]
     assert plain_node["metadata"]["labels"]["karpenter.sh/capacity-type"] == "on-demand"
 
 
@@ -228,7 +245,11 @@ def test_terminated_instance_loses_its_node_and_deployment_pods_come_back_pendin
     assert all(p["status"]["podIP"] and p["status"]["hostIP"] == "10.0.1.20" for p in before)
 
     sim.instances.set_state(instance.instance_id, "terminated")
-    sim.tick(1)
+    # The kubelet falls silent; the Node stays Ready until the node-monitor grace period (50 s) has run
+    # out, then goes Unknown, and the cloud node lifecycle controller deletes it.
+    sim.tick(45)
+    assert ready(sim.node(instance.private_dns_name)) == "True"  # type: ignore[arg-type]
+    sim.tick(10)
     assert sim.node(instance.private_dns_name) is None
     sim.tick(2)
     after = sim.pods("app=web")
@@ -248,7 +269,7 @@ def test_node_with_finalizer_lingers_not_ready_and_its_pods_wait_for_it(sim: Sim
     sim.tick(4)
     (pod,) = sim.pods("app=web")
     sim.instances.remove(instance.instance_id)
-    sim.tick(2)
+    sim.tick(56)
     node = sim.node(instance.private_dns_name)
     assert node is not None
     assert node["metadata"]["deletionTimestamp"]

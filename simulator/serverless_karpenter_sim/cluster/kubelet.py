@@ -7,7 +7,9 @@ One :class:`KubeletFleet` stands for the kubelet of every instance the simulated
   later;
 - starts the pods bound to its nodes, finishes the pods being deleted there, and completes pods that carry
   :data:`RUN_SECONDS_ANNOTATION` once they have run that long;
-- like the cloud node lifecycle controller, marks the Node of a vanished instance NotReady and deletes it;
+- reports (heartbeats) only while its instance runs: the kubelet of a stopped or vanished instance is
+  silent, so its Node goes Unknown after the grace period (see :mod:`.node_lifecycle`, stepped from here)
+  and the pods deleted there stay Terminating;
 - like the pod garbage collector, force-deletes pods bound to Nodes that no longer exist.
 """
 
@@ -28,6 +30,12 @@ from kubernetes.client import ApiClient
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.clock import parse_rfc3339, to_rfc3339
 
+from serverless_karpenter_sim.cluster.node_lifecycle import (
+    NODE_MONITOR_GRACE_PERIOD,
+    KubeletState,
+    NodeLifecycleController,
+    NodeLifecycleReport,
+)
 from serverless_karpenter_sim.cluster.objects import (
     NODES_PATH,
     KubeRest,
@@ -51,10 +59,14 @@ RUN_SECONDS_ANNOTATION = "sim.serverless-karpenter.io/run-seconds"
 
 KUBELET_VERSION = "v1.31.0"
 AWS_PROVIDER_PREFIX = "aws:///"
-ALIVE_STATES = frozenset({"pending", "running"})
-GONE_STATES = frozenset({"shutting-down", "terminated"})
 NODE_CONFIG_API_VERSION = "node.eks.aws/v1alpha1"
 TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
+# The pressure conditions a healthy kubelet posts: reason and message.
+_HEALTHY_CONDITIONS = {
+    "MemoryPressure": ("KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    "DiskPressure": ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    "PIDPressure": ("KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+}
 
 
 @dataclass(frozen=True)
@@ -273,8 +285,13 @@ class KubeletReport:
     started_pods: list[str] = field(default_factory=list)
     completed_pods: list[str] = field(default_factory=list)
     finished_pods: list[str] = field(default_factory=list)
-    lost_nodes: list[str] = field(default_factory=list)
     collected_pods: list[str] = field(default_factory=list)
+    node_lifecycle: NodeLifecycleReport = field(default_factory=NodeLifecycleReport)
+
+    @property
+    def lost_nodes(self) -> list[str]:
+        """Nodes deleted because their instance is gone."""
+        return self.node_lifecycle.deleted_nodes
 
 
 class KubeletFleet:
@@ -290,8 +307,12 @@ class KubeletFleet:
         ready_delay: float = 10.0,
         pod_start_delay: float = 2.0,
         kubelet_version: str = KUBELET_VERSION,
+        node_monitor_grace_period: float = NODE_MONITOR_GRACE_PERIOD.total_seconds(),
     ) -> None:
         self._rest = KubeRest(api_client)
+        self.node_lifecycle = NodeLifecycleController(
+            self._rest, grace_period=timedelta(seconds=node_monitor_grace_period)
+        )
         self._instances = instances
         self._shapes = shapes
         self.boot_delay = timedelta(seconds=boot_delay)
@@ -303,6 +324,7 @@ class KubeletFleet:
         self._registered: set[str] = set()
         self._bound_seen: dict[str, datetime] = {}
         self._deleting_seen: set[str] = set()
+        self._heartbeats: dict[str, datetime] = {}  # node name -> when its kubelet last reported
         self._next_pod_ip = 0
 
     # -- step --
@@ -326,20 +348,23 @@ class KubeletFleet:
                     self._registered.add(instance.instance_id)
                     report.registered.append(name_of(node))
         live_nodes: dict[str, SimInstance] = {}
-        for node in list(nodes.values()):
+        kubelets: dict[str, KubeletState] = {}
+        for name, node in list(nodes.items()):
             instance_id = instance_id_of(node)
             if instance_id is None or instance_id not in self._known_instances:
                 continue
             backing = instances.get(instance_id)
-            if backing is None or backing.state in GONE_STATES:
-                if self._lose(node, now, delete=True):
-                    report.lost_nodes.append(name_of(node))
-            elif backing.state == "stopped":
-                self._lose(node, now, delete=False)
-            elif backing.state == "running":
-                live_nodes[name_of(node)] = backing
-                if self._ready_due(node, backing, now) and self._set_ready(node, now):
-                    report.became_ready.append(name_of(node))
+            state = None if backing is None or backing.state == "terminated" else backing.state
+            if backing is not None and state == "running":
+                live_nodes[name] = backing
+                self._heartbeats[name] = now
+                if self._ready_due(node, backing, now):
+                    ready = self._set_ready(node, now)
+                    if ready is not None:
+                        nodes[name] = ready
+                        report.became_ready.append(name)
+            kubelets[name] = KubeletState(self._heartbeats.get(name), state)
+        report.node_lifecycle = self.node_lifecycle.step(now, list(nodes.values()), pods, kubelets)
         self._sync_pods(pods, nodes, live_nodes, now, report)
         return report
 
@@ -485,38 +510,31 @@ class KubeletFleet:
         )
         return now >= registered_at + self.ready_delay
 
-    def _set_ready(self, node: Obj, now: datetime) -> bool:
-        ready = {
-            "type": "Ready",
-            "status": "True",
-            "reason": "KubeletReady",
-            "message": "kubelet is posting ready status",
-            "lastHeartbeatTime": to_rfc3339(now),
-            "lastTransitionTime": to_rfc3339(now),
+    def _set_ready(self, node: Obj, now: datetime) -> Obj | None:
+        """Post Ready (and healthy pressure conditions, after a silence left them Unknown); the Node."""
+        stamp = to_rfc3339(now)
+        updates = {
+            "Ready": {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": stamp,
+                "lastTransitionTime": stamp,
+            }
         }
-        return self._patch_conditions(node, {"Ready": ready}) is not None
-
-    def _lose(self, node: Obj, now: datetime, *, delete: bool) -> bool:
-        """What the node lifecycle controllers do when the kubelet falls silent with its instance; whether
-        there was anything left to do."""
-        acted = False
-        ready = condition(node, "Ready")
-        if ready is None or ready.get("status") != "Unknown":
-            acted = True
-            updates = {}
-            for cond in (node.get("status") or {}).get("conditions") or []:
-                updates[cond["type"]] = {
+        for kind, (reason, message) in _HEALTHY_CONDITIONS.items():
+            cond = condition(node, kind)
+            if cond is not None and cond.get("status") == "Unknown":
+                updates[kind] = {
                     **cond,
-                    "status": "Unknown",
-                    "reason": "NodeStatusUnknown",
-                    "message": "Kubelet stopped posting node status.",
-                    "lastTransitionTime": to_rfc3339(now),
+                    "status": "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastHeartbeatTime": stamp,
+                    "lastTransitionTime": stamp,
                 }
-            self._patch_conditions(node, updates)
-        if delete and not is_deleting(node):
-            acted = True
-            self._rest.delete(node_path(name_of(node)), uid=uid_of(node) or None)
-        return acted
+        return self._patch_conditions(node, updates)
 
     def _patch_conditions(self, node: Obj, updates: Mapping[str, Obj]) -> Obj | None:
         # The whole list, so that merge and strategic merge patches agree on the result.

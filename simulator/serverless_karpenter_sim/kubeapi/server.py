@@ -12,7 +12,8 @@ Paths, verbs, status codes and ``Status`` bodies follow kube-apiserver; object s
   ``ApiException(410)`` from it.
 - A watch ends after ``timeoutSeconds`` (default 1800) of wall time *or* of the injected clock, whichever
   passes first, so simulations on a manual clock see their watches expire in virtual time.
-- ``dryRun=All`` runs a write in full and rolls it back (no watch event, no audit record).
+- ``dryRun=All`` (in the query, or in a DELETE's or an eviction's options) runs a write in full and
+  rolls it back (no watch event, no audit record).
 - Not served: server-side apply field ownership (``apply-patch+yaml`` is a create-or-strategic-merge),
   garbage collection (propagationPolicy is accepted and ignored), namespace deletion, protobuf (a
   protobuf body is answered 415, so ``kubectl create configmap`` and kin fail; ``kubectl apply`` works).
@@ -40,7 +41,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import kubernetes.client
 from serverless_karpenter.clock import Clock
 
-from . import codec, crd_schema, kinds, kubectl_support, selectors, tls
+from . import codec, crd_schema, dryrun, kinds, kubectl_support, selectors, tls
 from .access import ADMIN_USER, AccessControl
 from .audit import Audit
 from .errors import REASONS, ApiError, bad_request, method_not_allowed, unauthorized
@@ -349,10 +350,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if route.kind is None or crd_schema.schema_for(route.kind) is None
                 else ()
             )
-            dry_run = params.get("dryRun")
-            if dry_run is not None and method != "GET":
-                if dry_run != "All":
-                    raise bad_request(f'unsupported dry run directive: "{dry_run}"; the only one is "All"')
+            if dryrun.requested(method, route.subresource, params, raw):
                 response = api.store.dry_run(lambda: self._handle_with_warnings(method, route, params, raw))
             else:
                 response = self._handle_with_warnings(method, route, params, raw)

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from serverless_karpenter.clock import Clock, parse_rfc3339, to_rfc3339
 
-from . import codec, crd_schema, patch, policy, selectors
+from . import admission, codec, crd_schema, patch, policy, selectors
 from .audit import Audit, BudgetViolation, EvictionRecord
 from .errors import (
     STALE_OBJECT,
@@ -338,6 +338,7 @@ class Store:
                         "metadata.finalizers",
                         f'Invalid value: "{finalizer}": {why}',
                     )
+        admission.validate(kind, obj, old)
         if old is None:
             return
         old_meta = _meta(old)
@@ -448,6 +449,7 @@ class Store:
             obj.pop("status", None)
         _apply_create_defaults(kind, obj, now)
         obj = crd_schema.admit(kind, obj, None)
+        admission.admit_create(kind, obj)
         self._validate(kind, obj, None)
         entry = self._commit(kind, "ADDED", key, obj, None)
         if kind.resource_id == _CORE_EVENTS.resource_id:

@@ -20,7 +20,7 @@ from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.scheduling import resources
-from serverless_karpenter.scheduling.taints import taints_from_dicts
+from serverless_karpenter.scheduling.taints import KNOWN_EPHEMERAL_TAINTS, taints_from_dicts
 from serverless_karpenter.termination.terminator import begin_deletion
 
 # Whatever called begin_deletion has ended by then, successfully or not.
@@ -72,11 +72,12 @@ def registration_patch(record: NodeClaimRecord, node: Mapping[str, Any]) -> dict
 
 
 def is_initialized(record: NodeClaimRecord, node: Mapping[str, Any]) -> bool:
-    """Ready, startup taints gone, and every requested extended resource registered."""
+    """Ready, startup taints and Karpenter's known ephemeral taints gone, and every requested extended
+    resource registered."""
     if not node_is_ready(node):
         return False
     present = taints_from_dicts((node.get("spec") or {}).get("taints"))
-    for startup in taints_from_dicts(record.startup_taints):
+    for startup in (*taints_from_dicts(record.startup_taints), *KNOWN_EPHEMERAL_TAINTS):
         if any(t.matches(startup) for t in present):
             return False
     allocatable = resources.parse_list((node.get("status") or {}).get("allocatable"))

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
+from serverless_karpenter.clock import parse_rfc3339
 from serverless_karpenter.scheduling import resources
 
 Pod = Mapping[str, Any]
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# Karpenter's IsStuckTerminating: a pod still there this long past its deletionTimestamp (deletion time
+# plus grace) has a kubelet that will not finish it, and no longer holds up a drain.
+STUCK_TERMINATING_AFTER = timedelta(minutes=1)
 
 
 def key(pod: Pod) -> str:
@@ -23,6 +28,11 @@ def is_terminal(pod: Pod) -> bool:
 
 def is_deleting(pod: Pod) -> bool:
     return bool(pod.get("metadata", {}).get("deletionTimestamp"))
+
+
+def is_stuck_terminating(pod: Pod, now: datetime) -> bool:
+    stamp = pod.get("metadata", {}).get("deletionTimestamp")
+    return bool(stamp) and now - parse_rfc3339(str(stamp)) > STUCK_TERMINATING_AFTER
 
 
 def node_name(pod: Pod) -> str | None:

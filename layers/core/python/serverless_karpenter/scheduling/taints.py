@@ -55,6 +55,17 @@ class Taint:
         return format_taint(self)
 
 
+# Karpenter's KnownEphemeralTaints: taints a node carries while it starts, which Karpenter waits to see
+# gone before it calls the node initialized (the node lifecycle controller's not-ready and unreachable,
+# the cloud provider's uninitialized, and our unregistered taint).
+KNOWN_EPHEMERAL_TAINTS = (
+    Taint("node.kubernetes.io/not-ready", "", NO_SCHEDULE),
+    Taint("node.kubernetes.io/unreachable", "", NO_SCHEDULE),
+    Taint("node.cloudprovider.kubernetes.io/uninitialized", "true", NO_SCHEDULE),
+    Taint("karpenter.sh/unregistered", "", NO_EXECUTE),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Toleration:
     key: str = ""

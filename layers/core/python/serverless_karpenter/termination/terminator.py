@@ -82,11 +82,17 @@ def do_not_disrupt(pod: Mapping[str, Any]) -> bool:
     return (pod.get("metadata", {}).get("annotations") or {}).get(wk.DO_NOT_DISRUPT) == "true"
 
 
-def drainable(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def drainable(pods: Sequence[Mapping[str, Any]], now: datetime) -> list[Mapping[str, Any]]:
+    """The pods a drain waits for, as Karpenter's IsDrainable: not finished, not mirror pods, not
+    tolerating the disrupted taint, and not stuck terminating (their kubelet is gone; the pod garbage
+    collector removes them once the Node is deleted)."""
     return [
         p
         for p in pods
-        if not podlib.is_terminal(p) and not podlib.is_mirror_pod(p) and not tolerates_disruption(p)
+        if not podlib.is_terminal(p)
+        and not podlib.is_mirror_pod(p)
+        and not tolerates_disruption(p)
+        and not podlib.is_stuck_terminating(p, now)
     ]
 
 
@@ -261,7 +267,7 @@ class Terminator:
             # controllers recreate them once the Node object is gone.
             self._finish(node, record, progress, instance_gone=True)
             return progress
-        pods = drainable(plane.kube.list_pods_on_node(name))
+        pods = drainable(plane.kube.list_pods_on_node(name), now)
         if record is not None and record.state == NodeClaimState.DISRUPTING:
             taint_for_disruption(plane, node)
             record = self._start_drain(node, record, now)
