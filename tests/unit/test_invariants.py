@@ -25,6 +25,8 @@ from serverless_karpenter_sim.faults import FaultInjector
 from serverless_karpenter_sim.invariants import Invariants
 from serverless_karpenter_sim.kubeapi import KubeApiServer
 from serverless_karpenter_sim.kubeapi.kinds import kind_of
+from serverless_karpenter_sim.lambda_failures import LambdaFailure
+from serverless_karpenter_sim.scenario import InvariantBounds
 from serverless_karpenter_sim.simulation import Schedule
 
 if TYPE_CHECKING:
@@ -72,6 +74,8 @@ class World:
         self.cluster_name = CLUSTER
         self.settings = SimpleNamespace(garbage_collection_grace_seconds=300)
         self.schedule = Schedule()
+        self.scenario = SimpleNamespace(invariants=InvariantBounds())
+        self.lambdas = SimpleNamespace(failures=list[LambdaFailure]())
         self.store = Records()
         self.plane = SimpleNamespace(store=self.store)
         self.kube = Kube()

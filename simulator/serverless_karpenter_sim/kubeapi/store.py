@@ -815,6 +815,8 @@ class Store:
                         code=201 if verdict.error is None else verdict.error.code,
                         at=self.clock.now(),
                         budget=verdict.budget,
+                        node=(entry.obj.get("spec") or {}).get("nodeName"),
+                        owner=_controller_uid(entry.obj),
                     )
                 )
             if verdict.error is not None:
@@ -1153,3 +1155,10 @@ def _selector_string(selector: Obj) -> str:
             }.get(str(op), "")
         )
     return ",".join(t for t in terms if t)
+
+
+def _controller_uid(obj: Obj) -> str | None:
+    for ref in _meta(obj).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid")) if ref.get("uid") else None
+    return None
