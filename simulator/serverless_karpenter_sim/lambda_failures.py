@@ -89,12 +89,20 @@ def classify_log_line(line: str) -> tuple[str, str] | None:
         return None
     if not isinstance(record, dict) or str(record.get("level", "")).upper() not in PAGING_LOG_LEVELS:
         return None
-    detail = f"{record.get('message', '')} {line}"
-    if _ACCESS_DENIED_TEXT.search(line):
-        return ACCESS_DENIED, detail[:_DETAIL_CHARS]
-    if _FORBIDDEN_TEXT.search(line):
-        return FORBIDDEN, detail[:_DETAIL_CHARS]
+    for kind, pattern in ((ACCESS_DENIED, _ACCESS_DENIED_TEXT), (FORBIDDEN, _FORBIDDEN_TEXT)):
+        if pattern.search(line):
+            return kind, _where(record, pattern)
     return None
+
+
+def _where(record: dict[str, object], pattern: re.Pattern[str]) -> str:
+    """The log line's message and the field that carries the error, in one line."""
+    message = str(record.get("message", ""))
+    for key, value in record.items():
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        if key != "message" and pattern.search(text):
+            return " ".join(f"{message} ({key}: {text})".split())[:_DETAIL_CHARS]
+    return message[:_DETAIL_CHARS]
 
 
 def _one_line(error: BaseException) -> str:
