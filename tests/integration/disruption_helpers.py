@@ -64,9 +64,6 @@ def running(loaded: Scenario, tick_seconds: float = 5.0) -> Iterator[tuple[Simul
     sim.start()
     try:
         yield sim, watch
-        report = sim.check_invariants()
-        import json, sys
-        print("INVARIANTS", json.dumps({k: v for k, v in report.to_json().items() if k in ("ok","stuck_drains","disruption_evictions","disruption_pending_pod_seconds","max_disruption_pending_seconds","pods_stranded_by_disruption","pdb_floor_breaches","lambda_failures","lambda_failures_caused_by_faults")}), report.violations(), file=sys.stderr)
     finally:
         sim.stop()
 

@@ -47,6 +47,9 @@ class Records:
     def list(self) -> list[NodeClaimRecord]:
         return list(self.records)
 
+    def list_live(self) -> list[NodeClaimRecord]:
+        return [r for r in self.records if r.state != NodeClaimState.TERMINATED]
+
 
 @dataclass
 class Kube:
@@ -54,6 +57,10 @@ class Kube:
 
     nodes: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
+    pdbs: list[dict[str, Any]] = field(default_factory=list)
+
+    def list_pdbs(self) -> list[dict[str, Any]]:
+        return list(self.pdbs)
 
     def list_nodes(self) -> list[dict[str, Any]]:
         return list(self.nodes)
