@@ -284,7 +284,7 @@ def run_soak(
             "max_pending_seconds": final.max_pending_seconds,
             "invariant_violations": violations,
             "messages_received": final.messages_received,
-            "lambda_failures": len(sim.faults.lambda_failures),
+            "lambda_failures": len(sim.lambdas.failures),
             "seed": seed,
             "tick_seconds": tick,
             "wall_seconds": round(time.monotonic() - started, 1),

@@ -23,6 +23,7 @@ from rich.table import Table
 from serverless_karpenter_sim.scenario import ScenarioError, load_scenario
 
 from serverless_karpenter_cli.connection import LOCAL_ENV, SIMULATOR_PID, read_local_env, write_local_env
+from serverless_karpenter_cli.invariants_report import exit_code, print_invariants
 
 if TYPE_CHECKING:
     from serverless_karpenter_sim.simulation import Simulation
@@ -54,7 +55,9 @@ def register(commands: argparse._SubParsersAction) -> None:
             "  serverless-karpenter simulate --keep --detach   # returns; the simulator stays up\n"
             "  serverless-karpenter status --local              # also: doctor --local, explain pod --local\n"
             "  serverless-karpenter simulate --stop             # stops the simulator kept running here\n"
-            "  serverless-karpenter simulate --keep             # stays in the foreground until Ctrl-C"
+            "  serverless-karpenter simulate --keep             # stays in the foreground until Ctrl-C\n"
+            "\nexit codes: 0 every invariant held, 1 the run failed, 2 a bad scenario or option, "
+            "3 an invariant failed"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -156,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
             simulation.stop()
     print_report(report, time.monotonic() - started, path, as_json=args.json)
     if not args.keep:
-        return 0
+        return exit_code(report)
 
     def ready() -> None:
         if args.detached_child:
@@ -167,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
                 usage(os.getpid(), detached=False)
             )
 
-    return keep_running(simulation, on_ready=ready)
+    return keep_running(simulation, on_ready=ready) or exit_code(report)
 
 
 def print_report(report: dict[str, Any], wall: float, log: Path | str, as_json: bool) -> None:
@@ -195,6 +198,7 @@ def print_report(report: dict[str, Any], wall: float, log: Path | str, as_json: 
         f"cost: ${report['cost_per_hour']:.4f}/h   interruption messages handled: {report['events_handled']}"
         f"   DLQ: {report['dlq_messages']}"
     )
+    print_invariants(out, report)
     out.print(f"Lambda logs and metrics: {log}")
     if as_json:
         sys.stdout.flush()
@@ -314,7 +318,7 @@ def run_detached(args: argparse.Namespace, err: Console) -> int:
     print_report(result["report"], time.monotonic() - started, result["log"], as_json=args.json)
     # With --json the report's line stays the last one on stdout.
     Console(stderr=args.json, highlight=False, soft_wrap=True).print(usage(child.pid, detached=True))
-    return 0
+    return exit_code(result["report"])
 
 
 def wait_until_ready(child: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Interruption: EventBridge messages from the SQS queue, each acted on once (Idempotency by event id).
 
-A malformed message is parked in the DLQ with its reason and acknowledged; a transient failure is
+A malformed message, or one whose action raises an error retrying cannot mend, is parked in the DLQ
+with its reason and acknowledged; a transient failure is
 reported as a batch item failure so SQS delivers it again, within seconds rather than after the queue's
 visibility timeout; the rest of the batch goes on.
 """
@@ -21,7 +22,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from serverless_karpenter import state_schema
 from serverless_karpenter.interruption.messages import EventEnvelope, MalformedMessage, parse_message
-from serverless_karpenter.interruption.usecases import act_on, park_malformed, retry_failed_soon
+from serverless_karpenter.interruption.usecases import act_on, act_or_park, park_malformed, retry_failed_soon
 from serverless_karpenter.observability import bind_cluster, logger, metrics, tracer
 from serverless_karpenter.runtime import control_plane
 
@@ -48,7 +49,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any] | None:
     except MalformedMessage as error:
         park_malformed(control_plane(), record.message_id, record.body, str(error))
         return None
-    return act_once(message=message)
+    return act_or_park(control_plane(), record.message_id, record.body, lambda: act_once(message=message))
 
 
 @logger.inject_lambda_context

@@ -209,7 +209,6 @@ class FaultInjector:
         # crashpoints.hits is process-wide: only hits after this injector was made are this run's.
         self._crash_baseline = Counter(crashpoints.hits)
         self.function: str | None = None  # the Lambda being invoked, if any
-        self.lambda_failures: list[str] = []
         self._lock = threading.RLock()
         self._hooked: set[int] = set()
         self._sessions_hooked = False
@@ -218,16 +217,15 @@ class FaultInjector:
     # -- arming --------------------------------------------------------------------------------------
 
     @property
-    def armed(self) -> bool:
-        """True once any fault was armed: from then on a failing Lambda is a fault's effect, not a bug."""
-        return bool(self.aws_rules or self.kube_rules or self.eviction_timeouts or self.sqs_rules) or bool(
-            self.injected
-        )
-
-    @property
     def total_injected(self) -> int:
         """Every fault that took effect in this run, named crash points included."""
         return sum(self.by_kind().values())
+
+    def taken_effect(self) -> int:
+        """Every fault that took effect so far, those of a Kubernetes rule still installed included."""
+        with self._lock:
+            active = sum(rule.active.injected for rule in self.kube_rules if rule.active is not None)
+        return self.total_injected + active
 
     def by_kind(self) -> Counter[str]:
         """Faults that took effect by ``category/kind``, with each named crash point as ``crash/NAME``."""

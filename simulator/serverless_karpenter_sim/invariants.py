@@ -8,7 +8,13 @@
 - no Node keeps our termination finalizer once its instance is gone;
 - every deletion we begin is carried through: a NodeClaim marked for deletion whose instance still runs
   has its Node being deleted (a claim left Disrupting beside a live Node would hold its node, and its
-  NodePool's disruption budget, for ever), and one whose Node and instance are gone is closed.
+  NodePool's disruption budget, for ever), and one whose Node and instance are gone is closed;
+- drains end: every deleting node is gone within its terminationGracePeriod, or 15 minutes, plus a
+  margin (``drains.py``);
+- a pod evicted by a voluntary disruption has a Running replacement within a bound, and no
+  PodDisruptionBudget falls below what it allows meanwhile (``availability.py``);
+- no Lambda invocation raised or logged an AccessDenied or a 403, or raised an exception that no
+  injected fault caused (``lambda_failures.py``).
 
 The longest a pod waited to run is sampled every tick (:meth:`Invariants.observe_pending`), not only
 when the invariants are checked.
@@ -28,6 +34,9 @@ from serverless_karpenter.api import labels as wk
 from serverless_karpenter.clock import parse_rfc3339
 from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter.scheduling import pods as podlib
+
+from serverless_karpenter_sim.availability import DisruptionAvailability
+from serverless_karpenter_sim.drains import stuck_drains
 
 if TYPE_CHECKING:
     from serverless_karpenter_sim.simulation import Simulation
@@ -53,6 +62,15 @@ class InvariantReport:
     nodes_with_finalizer_and_no_instance: list[str] = field(default_factory=list)
     claims_stuck_deleting: list[str] = field(default_factory=list)
     deletions_not_carried_through: list[str] = field(default_factory=list)
+    stuck_drains: list[str] = field(default_factory=list)
+    disruption_evictions: int = 0
+    disruption_pending_pod_seconds: float = 0.0
+    max_disruption_pending_seconds: float = 0.0
+    disruption_pending_bound_seconds: float = 0.0
+    pods_stranded_by_disruption: list[str] = field(default_factory=list)
+    pdb_floor_breaches: list[str] = field(default_factory=list)
+    lambda_failures: list[str] = field(default_factory=list)  # those that page
+    lambda_failures_caused_by_faults: int = 0
 
     def violations(self) -> list[str]:
         out = []
@@ -81,6 +99,14 @@ class InvariantReport:
                 "nodeclaims marked for deletion whose running Node is not being deleted: "
                 + ", ".join(self.deletions_not_carried_through)
             )
+        out.extend(f"drain past its bound: {d}" for d in self.stuck_drains)
+        bound = self.disruption_pending_bound_seconds
+        out.extend(
+            f"pod stranded by a voluntary disruption (bound {bound:.0f}s): {p}"
+            for p in self.pods_stranded_by_disruption
+        )
+        out.extend(self.pdb_floor_breaches)
+        out.extend(f"Lambda invocation failed: {f}" for f in self.lambda_failures)
         return out
 
     @property
@@ -106,6 +132,15 @@ class InvariantReport:
             "nodes_with_finalizer_and_no_instance": self.nodes_with_finalizer_and_no_instance,
             "claims_stuck_deleting": self.claims_stuck_deleting,
             "deletions_not_carried_through": self.deletions_not_carried_through,
+            "stuck_drains": self.stuck_drains,
+            "disruption_evictions": self.disruption_evictions,
+            "disruption_pending_pod_seconds": self.disruption_pending_pod_seconds,
+            "max_disruption_pending_seconds": self.max_disruption_pending_seconds,
+            "disruption_pending_bound_seconds": self.disruption_pending_bound_seconds,
+            "pods_stranded_by_disruption": self.pods_stranded_by_disruption,
+            "pdb_floor_breaches": self.pdb_floor_breaches,
+            "lambda_failures": self.lambda_failures,
+            "lambda_failures_caused_by_faults": self.lambda_failures_caused_by_faults,
         }
 
 
@@ -120,6 +155,7 @@ class Invariants:
         self._stalled_since: dict[str, float] = {}
         self.max_pending_seconds = 0.0
         self.reports: list[InvariantReport] = []
+        self.availability = DisruptionAvailability(sim)
 
     @property
     def gc_deadline(self) -> float:
@@ -137,6 +173,11 @@ class Invariants:
         handler died part-way is retried after the queue's visibility timeout, twice at worst."""
         assert self.sim.resources is not None
         return 2 * self.sim.resources.queue_visibility_timeout + self.finalizer_deadline
+
+    def observe(self) -> None:
+        """What must be sampled every tick: the oldest pending pod, and voluntary evictions."""
+        self.observe_pending()
+        self.availability.observe()
 
     def observe_pending(self) -> None:
         """Sample the oldest pending pod (the simulator calls this every tick; checks come less often)."""
@@ -233,6 +274,13 @@ class Invariants:
             report.pods_not_running.extend(podlib.key(pod) for pod in pending)
         report.max_pending_seconds = round(self.max_pending_seconds, 1)
         report.pdb_violations = sim.kube_server.audit.pdb_violations
+        report.stuck_drains = stuck_drains(
+            records, nodes, sim.clock.now(), sim.scenario.invariants.drain_margin_seconds
+        )
+        self.availability.report(report)
+        failures = sim.lambdas.failures
+        report.lambda_failures = [f.describe() for f in failures if f.pages]
+        report.lambda_failures_caused_by_faults = sum(1 for f in failures if not f.pages)
         self._messages(report, final)
         sorted_fields(report)
         self.reports.append(report)

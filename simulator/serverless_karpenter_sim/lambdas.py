@@ -9,7 +9,7 @@ import importlib.util
 import io
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +19,7 @@ from serverless_karpenter.clock import Clock
 from serverless_karpenter.deployment import FUNCTION_TIMEOUT_SECONDS
 
 from serverless_karpenter_sim.lambda_credentials import FunctionCredentials
+from serverless_karpenter_sim.lambda_failures import EXCEPTION, LambdaFailure, ScanningLog, classify
 
 # Powertools' idempotency modules, which read the time as ``dt.datetime.now()`` (``import datetime as
 # dt``): when an INPROGRESS record expires, and when a record's idempotency window ends.
@@ -137,9 +138,20 @@ def powertools_on(clock_module: ModuleType) -> Iterator[None]:
 
 
 class LambdaRuntime:
-    """Invokes handlers by name on ``clock``; their stdout (JSON logs and EMF metrics) goes to ``log``."""
+    """Invokes handlers by name on ``clock``; their stdout (JSON logs and EMF metrics) goes to ``log``.
 
-    def __init__(self, cluster_name: str, clock: Clock, log: TextIO | None = None) -> None:
+    Every failure of an invocation, raised or logged (``lambda_failures``), is kept in ``failures``.
+    ``faults_taken_effect`` counts the injected faults that took effect so far: an exception raised by an
+    invocation during which that count grew is marked as the fault's consequence.
+    """
+
+    def __init__(
+        self,
+        cluster_name: str,
+        clock: Clock,
+        log: TextIO | None = None,
+        faults_taken_effect: Callable[[], int] | None = None,
+    ) -> None:
         self.cluster_name = cluster_name
         # Each function's role credentials (set once the stack's roles exist); None: the environment's.
         self.credentials: FunctionCredentials | None = None
@@ -148,6 +160,9 @@ class LambdaRuntime:
         self.handlers: dict[str, ModuleType] = {}
         self.invocations: dict[str, int] = {}
         self.errors: dict[str, int] = {}
+        self.failures: list[LambdaFailure] = []
+        self._faults_taken_effect = faults_taken_effect or (lambda: 0)
+        self._started = clock.now()
         self._virtual_datetime = virtual_datetime_module(clock)
 
     @staticmethod
@@ -168,10 +183,26 @@ class LambdaRuntime:
             timeout_seconds=self.timeout_seconds(name),
         )
         self.invocations[name] = self.invocations.get(name, 0) + 1
+        reported: set[str] = set()  # one failure of each kind per invocation
+
+        def fail(kind: str, detail: str, *, logged: bool, caused_by_fault: bool = False) -> None:
+            if kind in reported:
+                return
+            reported.add(kind)
+            at = (self.clock.now() - self._started).total_seconds()
+            self.failures.append(
+                LambdaFailure(name, context.aws_request_id, at, kind, detail, logged, caused_by_fault)
+            )
+
+        stdout = ScanningLog(self.log, lambda kind, detail: fail(kind, detail, logged=True))
+        faults_before = self._faults_taken_effect()
         acting = self.credentials.acting_as(name) if self.credentials else contextlib.nullcontext()
-        with contextlib.redirect_stdout(self.log), powertools_on(self._virtual_datetime), acting:
+        with contextlib.redirect_stdout(stdout), powertools_on(self._virtual_datetime), acting:
             try:
                 return module.lambda_handler(event, context)
-            except Exception:
+            except Exception as error:
                 self.errors[name] = self.errors.get(name, 0) + 1
+                kind, detail = classify(error)
+                injected = kind == EXCEPTION and self._faults_taken_effect() > faults_before
+                fail(kind, detail, logged=False, caused_by_fault=injected)
                 raise

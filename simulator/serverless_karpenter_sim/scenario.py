@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.manifests import is_karpenter_kind, parse_manifest
 
+from serverless_karpenter_sim.availability import DISRUPTION_PENDING_BOUND_SECONDS
+from serverless_karpenter_sim.drains import DRAIN_MARGIN_SECONDS
+
 STEP_KINDS = ("wait", "event", "scale", "apply", "delete", "sqs", "fault", "ec2", "patch", "ami")
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
@@ -71,6 +74,24 @@ class Step(BaseModel):
         return next(k for k in STEP_KINDS if getattr(self, k) is not None)
 
 
+class InvariantBounds(BaseModel):
+    """The bounds a scenario's invariants hold it to (``invariants:``); each defaults to its constant."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    # How long a pod evicted by a voluntary disruption may wait for a Running replacement.
+    disruption_pending_seconds: float = Field(
+        default=DISRUPTION_PENDING_BOUND_SECONDS, alias="disruptionPendingSeconds", gt=0
+    )
+    # How long past its terminationGracePeriod (or the 15-minute default) a deleting node may linger.
+    drain_margin_seconds: float = Field(default=DRAIN_MARGIN_SECONDS, alias="drainMarginSeconds", ge=0)
+
+    @field_validator("disruption_pending_seconds", "drain_margin_seconds", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
+
+
 class Scenario(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -81,6 +102,7 @@ class Scenario(BaseModel):
     steps: list[Step] = Field(default_factory=list)
     # After the last step, keep running until everything settles, for at most this long.
     settle_seconds: float = Field(default=900.0, alias="settleSeconds")
+    invariants: InvariantBounds = Field(default_factory=InvariantBounds)
 
     @field_validator("settle_seconds", mode="before")
     @classmethod

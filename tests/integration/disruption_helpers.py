@@ -64,6 +64,10 @@ def running(loaded: Scenario, tick_seconds: float = 5.0) -> Iterator[tuple[Simul
     sim.start()
     try:
         yield sim, watch
+        # Whatever the test looked at, the run kept the invariants (drains ended, no pod stranded by the
+        # disruption, no budget below its floor, no Lambda failure).
+        report = sim.check_invariants()
+        assert report.ok, report.violations()
     finally:
         sim.stop()
 

@@ -25,6 +25,8 @@ from serverless_karpenter_sim.faults import FaultInjector
 from serverless_karpenter_sim.invariants import Invariants
 from serverless_karpenter_sim.kubeapi import KubeApiServer
 from serverless_karpenter_sim.kubeapi.kinds import kind_of
+from serverless_karpenter_sim.lambda_failures import LambdaFailure
+from serverless_karpenter_sim.scenario import InvariantBounds
 from serverless_karpenter_sim.simulation import Schedule
 
 if TYPE_CHECKING:
@@ -45,6 +47,9 @@ class Records:
     def list(self) -> list[NodeClaimRecord]:
         return list(self.records)
 
+    def list_live(self) -> list[NodeClaimRecord]:
+        return [r for r in self.records if r.state != NodeClaimState.TERMINATED]
+
 
 @dataclass
 class Kube:
@@ -52,6 +57,10 @@ class Kube:
 
     nodes: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
+    pdbs: list[dict[str, Any]] = field(default_factory=list)
+
+    def list_pdbs(self) -> list[dict[str, Any]]:
+        return list(self.pdbs)
 
     def list_nodes(self) -> list[dict[str, Any]]:
         return list(self.nodes)
@@ -72,6 +81,8 @@ class World:
         self.cluster_name = CLUSTER
         self.settings = SimpleNamespace(garbage_collection_grace_seconds=300)
         self.schedule = Schedule()
+        self.scenario = SimpleNamespace(invariants=InvariantBounds())
+        self.lambdas = SimpleNamespace(failures=list[LambdaFailure]())
         self.store = Records()
         self.plane = SimpleNamespace(store=self.store)
         self.kube = Kube()

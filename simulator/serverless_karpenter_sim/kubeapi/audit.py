@@ -33,6 +33,8 @@ class EvictionRecord:
     code: int
     at: datetime
     budget: str | None
+    node: str | None = None  # the node the pod was bound to
+    owner: str | None = None  # the uid of its controller (ownerReferences[controller=true])
 
 
 class Audit:

@@ -1,14 +1,18 @@
 """PodDisruptionBudget arithmetic and the eviction decision, after upstream's disruption controller and
 ``pkg/registry/core/pod/storage/eviction.go``.
 
-Simplification: the expected pod count is the number of matching non-terminal pods, never the scale of
-the owning controllers (upstream reads the controllers for ``maxUnavailable`` and percentages).
+As upstream, a budget with ``maxUnavailable`` or a percentage ``minAvailable`` expects the scale of the
+pods' controllers (a Deployment's replicas for its ReplicaSets' pods, a ReplicaSet's or StatefulSet's
+own), not the number of pods: an evicted pod that is gone at once, and its replacement not yet Ready, do
+not shrink what the budget protects. Counting pods instead let a drain evict a whole node's worth of a
+``maxUnavailable: 1`` workload in one pass. Simplification: a pod without a controller the store knows
+makes the budget count pods (upstream leaves such a budget unable to compute, refusing evictions).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +20,8 @@ from . import selectors
 from .errors import ApiError
 
 Obj = dict[str, Any]
+# A pod's controller (its uid) and that controller's desired scale; None when it has none the store knows.
+ScaleOf = Callable[[Mapping[str, Any]], tuple[str, int] | None]
 
 EVICTION_REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
 MULTIPLE_BUDGETS = (
@@ -80,11 +86,29 @@ def selects(pdb: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     return selectors.matches(selector, (pod.get("metadata") or {}).get("labels"))
 
 
-def budget_status(pdb: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> BudgetStatus:
+def expected_scale(pods: Iterable[Mapping[str, Any]], scale_of: ScaleOf) -> int | None:
+    """The summed scale of the pods' controllers, each counted once; None if a pod's is unknown."""
+    scales: dict[str, int] = {}
+    for pod in pods:
+        found = scale_of(pod)
+        if found is None:
+            return None
+        scales[found[0]] = found[1]
+    return sum(scales.values())
+
+
+def budget_status(
+    pdb: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], scale_of: ScaleOf | None = None
+) -> BudgetStatus:
     spec = pdb.get("spec") or {}
     matching = [p for p in pods if selects(pdb, p)]
     expected = sum(1 for p in matching if not is_terminal(p))
     healthy = sum(1 for p in matching if is_healthy(p))
+    minimum = spec.get("minAvailable")
+    by_scale = spec.get("maxUnavailable") is not None or (isinstance(minimum, str) and minimum.endswith("%"))
+    if by_scale and scale_of is not None:
+        scale = expected_scale(matching, scale_of)
+        expected = expected if scale is None else scale
     try:
         if spec.get("maxUnavailable") is not None:
             max_unavailable = scaled_value(spec["maxUnavailable"], expected, round_up=True)
@@ -137,7 +161,10 @@ class EvictionVerdict:
 
 
 def decide_eviction(
-    pod: Mapping[str, Any], budgets: Iterable[Mapping[str, Any]], namespace_pods: Iterable[Mapping[str, Any]]
+    pod: Mapping[str, Any],
+    budgets: Iterable[Mapping[str, Any]],
+    namespace_pods: Iterable[Mapping[str, Any]],
+    scale_of: ScaleOf | None = None,
 ) -> EvictionVerdict:
     if can_ignore_budgets(pod):
         return EvictionVerdict(None)
@@ -148,7 +175,7 @@ def decide_eviction(
         return EvictionVerdict(None)
     pdb = matching[0]
     name = str((pdb.get("metadata") or {}).get("name"))
-    status = budget_status(pdb, namespace_pods)
+    status = budget_status(pdb, namespace_pods, scale_of)
     if not is_ready(pod):
         policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") or "IfHealthyBudget"
         if policy == "AlwaysAllow":

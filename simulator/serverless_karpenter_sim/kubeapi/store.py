@@ -23,7 +23,7 @@ import random
 import threading
 import uuid
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -52,6 +52,12 @@ T = TypeVar("T")
 _NAMESPACES = kind_of("", "v1", "namespaces")
 _PODS = kind_of("", "v1", "pods")
 _PDBS = kind_of("policy", "v1", "poddisruptionbudgets")
+_DEPLOYMENTS = kind_of("apps", "v1", "deployments")
+# The controllers whose scale a budget reads (upstream's finders, ReplicationControllers aside).
+_SCALED = {
+    "ReplicaSet": kind_of("apps", "v1", "replicasets"),
+    "StatefulSet": kind_of("apps", "v1", "statefulsets"),
+}
 _CORE_EVENTS = kind_of("", "v1", "events")
 
 BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-node-lease", "kube-public")
@@ -282,7 +288,9 @@ class Store:
             pods = [e.obj for e in self._entries(_PODS.resource_id, namespace)]
             return {
                 **entry.obj,
-                "status": policy.status_object(entry.obj, policy.budget_status(entry.obj, pods)),
+                "status": policy.status_object(
+                    entry.obj, policy.budget_status(entry.obj, pods, self._scale_of)
+                ),
             }
         return entry
 
@@ -716,14 +724,34 @@ class Store:
         if not budgets:
             return None
         pods = [e.obj for e in self._entries(_PODS.resource_id, namespace)]
-        return [(pdb, policy.budget_status(pdb, pods)) for pdb in budgets]
+        return [(pdb, policy.budget_status(pdb, pods, self._scale_of)) for pdb in budgets]
+
+    def _scale_of(self, pod: Mapping[str, Any]) -> tuple[str, int] | None:
+        """A pod's controller and its desired replicas, as the disruption controller's finders read them:
+        a ReplicaSet owned by a Deployment answers with the Deployment's."""
+        namespace = (pod.get("metadata") or {}).get("namespace") or ""
+        ref = _controller_ref(pod)
+        kind = _SCALED.get(str(ref.get("kind"))) if ref else None
+        if ref is None or kind is None:
+            return None
+        entry = self._objects[kind.resource_id].get((namespace, str(ref.get("name"))))
+        if entry is None or _meta(entry.obj).get("uid") != ref.get("uid"):
+            return None
+        controller = entry.obj
+        owner = _controller_ref(controller)
+        if kind is _SCALED["ReplicaSet"] and owner is not None and owner.get("kind") == "Deployment":
+            deployment = self._objects[_DEPLOYMENTS.resource_id].get((namespace, str(owner.get("name"))))
+            if deployment is not None and _meta(deployment.obj).get("uid") == owner.get("uid"):
+                controller = deployment.obj
+        replicas = (controller.get("spec") or {}).get("replicas")
+        return str(_meta(controller).get("uid")), 1 if replicas is None else int(replicas)
 
     def _record_violations(self, pod: Obj, budgets: list[tuple[Obj, policy.BudgetStatus]], via: str) -> None:
         meta = _meta(pod)
         namespace = meta.get("namespace") or ""
         pods = [e.obj for e in self._entries(_PODS.resource_id, namespace)]
         for pdb, before in budgets:
-            after = policy.budget_status(pdb, pods)
+            after = policy.budget_status(pdb, pods, self._scale_of)
             if (
                 before.current_healthy >= before.desired_healthy
                 and after.current_healthy < after.desired_healthy
@@ -813,7 +841,7 @@ class Store:
             _check_preconditions(_PODS, entry.obj, options)
             budgets = [e.obj for e in self._entries(_PDBS.resource_id, namespace)]
             pods = [e.obj for e in self._entries(_PODS.resource_id, namespace)]
-            verdict = policy.decide_eviction(entry.obj, budgets, pods)
+            verdict = policy.decide_eviction(entry.obj, budgets, pods, self._scale_of)
             if self._undo is None:
                 self.audit.record_eviction(
                     EvictionRecord(
@@ -823,6 +851,8 @@ class Store:
                         code=201 if verdict.error is None else verdict.error.code,
                         at=self.clock.now(),
                         budget=verdict.budget,
+                        node=(entry.obj.get("spec") or {}).get("nodeName"),
+                        owner=_controller_uid(entry.obj),
                     )
                 )
             if verdict.error is not None:
@@ -1161,3 +1191,15 @@ def _selector_string(selector: Obj) -> str:
             }.get(str(op), "")
         )
     return ",".join(t for t in terms if t)
+
+
+def _controller_ref(obj: Mapping[str, Any]) -> Obj | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return dict(ref)
+    return None
+
+
+def _controller_uid(obj: Obj) -> str | None:
+    ref = _controller_ref(obj)
+    return str(ref["uid"]) if ref and ref.get("uid") else None

@@ -20,6 +20,11 @@ from serverless_karpenter.api.nodepool import Budget
 REASON_EMPTY = "Empty"
 REASON_DRIFTED = "Drifted"
 REASON_UNDERUTILIZED = "Underutilized"
+# Expiration is forceful and takes no budget, but it is a disruption reason all the same.
+REASON_EXPIRED = "Expired"
+# The reasons a NodeClaim is disrupted voluntarily (by the disruption controller, not an interruption or
+# a user's delete): the disruption reason its record carries, as Karpenter's DisruptionReason condition.
+VOLUNTARY_REASONS = frozenset({REASON_EMPTY, REASON_DRIFTED, REASON_UNDERUTILIZED, REASON_EXPIRED})
 
 
 def budget_active(budget: Budget, now: datetime) -> bool:

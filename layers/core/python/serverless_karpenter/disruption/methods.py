@@ -16,6 +16,7 @@ from serverless_karpenter.api import labels as wk
 from serverless_karpenter.disruption.budgets import (
     REASON_DRIFTED,
     REASON_EMPTY,
+    REASON_EXPIRED,
     REASON_UNDERUTILIZED,
     BudgetVerdict,
     allowed_disruptions,
@@ -84,7 +85,7 @@ class Command:
 
     @property
     def reason(self) -> str:
-        return BUDGET_REASON.get(self.method, "Expired")
+        return BUDGET_REASON.get(self.method, REASON_EXPIRED)
 
     def names(self) -> list[str]:
         return sorted(c.name for c in self.candidates)

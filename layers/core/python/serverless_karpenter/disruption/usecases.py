@@ -31,6 +31,7 @@ from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.nodepool import NodePool
 from serverless_karpenter.clock import to_rfc3339
 from serverless_karpenter.disruption import methods as m
+from serverless_karpenter.disruption.budgets import REASON_EXPIRED
 from serverless_karpenter.disruption.candidates import (
     COMMAND_ANNOTATION,
     REPLACEMENT_FOR_ANNOTATION,
@@ -295,7 +296,7 @@ def _delete(
     plane: ControlPlane, command: m.Command | dict[str, Any], records: Sequence[NodeClaimRecord]
 ) -> None:
     method = command.method if isinstance(command, m.Command) else str(command["method"])
-    reason = m.BUDGET_REASON.get(method, "Expired")
+    reason = m.BUDGET_REASON.get(method, REASON_EXPIRED)
     for record in records:
         try:
             begin_deletion(plane, record, reason)
@@ -319,7 +320,7 @@ def expire(plane: ControlPlane, snapshot: Snapshot, pool: Sequence[Candidate], r
             extra={"decision": "delete", "nodeclaims": [candidate.name], "node": candidate.node_name},
         )
         try:
-            begin_deletion(plane, candidate.record, "Expired")
+            begin_deletion(plane, candidate.record, REASON_EXPIRED)
         except ConflictError:
             continue
         emit_dimensioned(MetricName.DISRUPTION_ACTIONS, 1, {"Method": m.EXPIRATION})

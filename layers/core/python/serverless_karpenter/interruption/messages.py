@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from serverless_karpenter.interruption.rules import MessageKind
 
@@ -23,7 +22,8 @@ class EventEnvelope(BaseModel):
     detail_type: str = Field(alias="detail-type")
     source: str
     account: str | None = None
-    time: datetime
+    # EventBridge always stamps UTC ("...Z"); a time without a zone cannot be compared with ours.
+    time: AwareDatetime
     region: str | None = None
     resources: list[str] = Field(default_factory=list)
     detail: dict[str, Any]
@@ -70,4 +70,13 @@ def parse_message(body: str) -> EventEnvelope:
         raise MalformedMessage(f"{envelope.detail_type}: detail.instance-id is missing")
     if envelope.kind == MessageKind.STATE_CHANGE and not isinstance(envelope.detail.get("state"), str):
         raise MalformedMessage("EC2 Instance State-change Notification: detail.state is missing")
+    if envelope.kind == MessageKind.SCHEDULED_CHANGE:
+        entities = envelope.detail.get("affectedEntities")
+        if entities is not None and not (
+            isinstance(entities, list) and all(isinstance(e, dict) for e in entities)
+        ):
+            raise MalformedMessage(
+                f"AWS Health Event: detail.affectedEntities is {type(entities).__name__}, "
+                "not a list of entity objects"
+            )
     return envelope

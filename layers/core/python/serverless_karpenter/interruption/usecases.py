@@ -4,6 +4,7 @@ have the messages that failed delivered again within seconds."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor
@@ -37,6 +38,31 @@ def park_malformed(plane: ControlPlane, message_id: str, body: str, reason: str)
             "source-message-id": {"DataType": "String", "StringValue": message_id},
         },
     )
+
+
+# Errors that say the message itself cannot be acted on (a field of the wrong type or shape that parsing
+# let through, a value out of range), however often it is delivered again. Retrying one would end in the
+# queue's redrive moving it to the DLQ with no reason: it is parked with its reason at once instead.
+# Anything else (a throttled call, a Kubernetes 5xx, a lost write race) is transient and retried.
+UNACTIONABLE_ERRORS: tuple[type[Exception], ...] = (
+    TypeError,
+    ValueError,
+    KeyError,
+    AttributeError,
+    IndexError,
+)
+
+
+def act_or_park(
+    plane: ControlPlane, message_id: str, body: str, act: Callable[[], dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Act on a parsed message; one that raises an unactionable error is parked in the DLQ with its reason
+    (and acknowledged) rather than retried into a silent redrive."""
+    try:
+        return act()
+    except UNACTIONABLE_ERRORS as error:
+        park_malformed(plane, message_id, body, f"acting on it raised {type(error).__name__}: {error}")
+        return None
 
 
 # A message reported as a batch item failure (a throttled call, a Kubernetes 5xx, a lost write race) is
