@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.clock import ManualClock
-from serverless_karpenter_sim.kubeapi import KubeApiServer, client_configuration
+from serverless_karpenter_sim.kubeapi import KubeApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ UNREACHABLE = "node.kubernetes.io/unreachable"
 def core() -> Iterator[client.CoreV1Api]:
     server = KubeApiServer(ManualClock())
     server.start()
-    api = client.ApiClient(client_configuration(server.url))
+    api = client.ApiClient(server.client_configuration())
     try:
         yield client.CoreV1Api(api)
     finally:

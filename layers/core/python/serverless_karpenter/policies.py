@@ -139,13 +139,13 @@ FUNCTION_CAPABILITIES: Mapping[str, frozenset[Capability]] = MappingProxyType(
         ),
         # Decides what to disrupt (drift needs AMI ids, consolidation needs prices); launches go through
         # the provisioner's lifecycle reconcile, so it has no launch rights. It resolves each EC2NodeClass
-        # as the provisioner does, which with spec.role reads the managed instance profile.
+        # without managing its instance profile (a spec.role's profile is named, not read: the
+        # provisioner creates it before a launch), so it needs no IAM rights.
         "disruption": frozenset(
             {
                 Capability.KUBERNETES_API,
                 Capability.STATE_READ_WRITE,
                 Capability.EC2_READ,
-                Capability.READ_INSTANCE_PROFILES,
                 Capability.SSM_PUBLIC_PARAMETERS,
                 Capability.PRICING,
                 Capability.SEND_TERMINATION_WORK,

@@ -201,29 +201,40 @@ class NodeClassResolver:
         self._cluster = cluster_name
         self._k8s_version = kubernetes_version
         self._now = now
-        self._cache: dict[tuple[str, str], tuple[datetime, ResolvedNodeClass]] = {}
+        self._cache: dict[tuple[str, str, bool], tuple[datetime, ResolvedNodeClass]] = {}
 
-    def resolve(self, nodeclass: Mapping[str, Any]) -> ResolvedNodeClass:
+    def resolve(
+        self, nodeclass: Mapping[str, Any], *, manage_instance_profile: bool = True
+    ) -> ResolvedNodeClass:
+        """The node class's subnets, security groups, AMIs and instance profile. Only the function that
+        launches (the provisioner) manages the instance profile of a ``spec.role``; a reader (disruption,
+        whose role may not create profiles) names the profile without creating or changing it."""
         if self._now is None:
-            return self._resolve_or_raise(nodeclass)
-        key = (nodeclass["metadata"]["name"], json.dumps(nodeclass.get("spec") or {}, sort_keys=True))
+            return self._resolve_or_raise(nodeclass, manage_instance_profile)
+        key = (
+            nodeclass["metadata"]["name"],
+            json.dumps(nodeclass.get("spec") or {}, sort_keys=True),
+            manage_instance_profile,
+        )
         now = self._now()
         cached = self._cache.get(key)
         if cached is not None and now - cached[0] < RESOLVE_TTL:
             return cached[1]
-        resolved = self._resolve_or_raise(nodeclass)
-        # One entry per EC2NodeClass: an older spec's entry is dropped, not left to grow the cache.
-        self._cache = {k: v for k, v in self._cache.items() if k[0] != key[0]}
+        resolved = self._resolve_or_raise(nodeclass, manage_instance_profile)
+        # One entry per EC2NodeClass and mode: an older spec's entry is dropped, not left to grow the cache.
+        self._cache = {k: v for k, v in self._cache.items() if k[0] != key[0] or k[2] != key[2]}
         self._cache[key] = (now, resolved)
         return resolved
 
-    def _resolve_or_raise(self, nodeclass: Mapping[str, Any]) -> ResolvedNodeClass:
+    def _resolve_or_raise(
+        self, nodeclass: Mapping[str, Any], manage_instance_profile: bool
+    ) -> ResolvedNodeClass:
         try:
-            return self._resolve(nodeclass)
+            return self._resolve(nodeclass, manage_instance_profile)
         except ClientError as error:  # refused (AccessDenied) or failed: this node class is not ready
             raise NodeClassResolutionError(str(nodeclass["metadata"]["name"]), error) from error
 
-    def _resolve(self, nodeclass: Mapping[str, Any]) -> ResolvedNodeClass:
+    def _resolve(self, nodeclass: Mapping[str, Any], manage_instance_profile: bool) -> ResolvedNodeClass:
         spec = nodeclass.get("spec") or {}
         name = nodeclass["metadata"]["name"]
         subnets = self.subnets(spec.get("subnetSelectorTerms") or [])
@@ -254,7 +265,11 @@ class NodeClassResolver:
             security_group_ids=sorted(g.id for g in security_groups),
             amis=amis,
             ami_family=family,
-            instance_profile=self.instance_profile(name, spec),
+            instance_profile=(
+                self.instance_profile(name, spec)
+                if manage_instance_profile
+                else self.instance_profile_of(name, spec)
+            ),
             tags=dict(spec.get("tags") or {}),
             user_data=user_data,
             metadata_options={
@@ -380,6 +395,12 @@ class NodeClassResolver:
     def instance_profile_name(self, nodeclass_name: str) -> str:
         digest = hashlib.sha256(f"{self._cluster}/{nodeclass_name}".encode()).hexdigest()[:16]
         return f"{self._cluster}_{digest}"[:128]
+
+    def instance_profile_of(self, nodeclass_name: str, spec: Mapping[str, Any]) -> str | None:
+        """The profile ``instance_profile`` uses, named without an IAM call."""
+        if spec.get("instanceProfile"):
+            return str(spec["instanceProfile"])
+        return self.instance_profile_name(nodeclass_name) if spec.get("role") else None
 
     def instance_profile(self, nodeclass_name: str, spec: Mapping[str, Any]) -> str | None:
         """``instanceProfile`` is used as given; ``role`` gets a profile we create and keep on that role."""

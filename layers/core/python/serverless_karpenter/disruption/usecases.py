@@ -135,7 +135,8 @@ def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
     for name, spec in specs.items():
         try:
             nodeclasses[name] = EC2NodeClass.model_validate(spec)
-            resolved[name] = plane.resolver.resolve(spec)
+            # Disruption only reads: the provisioner creates a spec.role's instance profile before a launch.
+            resolved[name] = plane.resolver.resolve(spec, manage_instance_profile=False)
         except (ManifestError, ValueError) as error:
             logger.warning("EC2NodeClass not ready", extra={"ec2nodeclass": name, "error": str(error)})
     records = plane.store.list_live()
