@@ -132,6 +132,7 @@ class SimulatedCloud:
         self.resources: CloudResources | None = None
         # moto's placeholder key until start() makes the operator (the account's administrator).
         self.admin = ReadOnlyCredentials(BOOTSTRAP_ACCESS_KEY_ID, BOOTSTRAP_SECRET_ACCESS_KEY, None)
+        self._admin_session: tuple[str, boto3.session.Session] | None = None
         self._saved_environment: dict[str, str | None] = {}
         self._sqs_clock = contextlib.ExitStack()
 
@@ -244,12 +245,14 @@ class SimulatedCloud:
 
     def client(self, service: str) -> Any:
         """A client signing as the account administrator, whatever function is running."""
-        session = boto3.session.Session(
-            aws_access_key_id=self.admin.access_key,
-            aws_secret_access_key=self.admin.secret_key,
-            region_name=self.region,
-        )
-        return session.client(service, config=aws.RETRY_CONFIG)  # type: ignore[call-overload]
+        # One session per administrator key: a new session loads botocore's models again (~0.15 s).
+        key = str(self.admin.access_key)
+        if self._admin_session is None or self._admin_session[0] != key:
+            session = boto3.session.Session(
+                aws_access_key_id=key, aws_secret_access_key=self.admin.secret_key, region_name=self.region
+            )
+            self._admin_session = (key, session)
+        return self._admin_session[1].client(service, config=aws.RETRY_CONFIG)  # type: ignore[call-overload]
 
     def _seed(self, url: str) -> CloudResources:
         name = self.cluster_name
