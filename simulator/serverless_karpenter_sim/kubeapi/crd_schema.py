@@ -28,7 +28,8 @@ import yaml
 
 from . import crd_validation
 from .crd_validation import MISSING, Findings
-from .errors import ApiError, bad_request
+from .errors import bad_request
+from .field_errors import invalid_object
 from .kinds import Kind
 
 Obj = dict[str, Any]
@@ -174,16 +175,3 @@ def _report_unknown(kind: Kind, unknown: list[str]) -> None:
     warnings = _warnings.get()
     if mode == "Warn" and warnings is not None:
         warnings.extend(f'unknown field "{path}"' for path in unknown)
-
-
-def invalid_object(kind: Kind, name: str, errors: list[crd_validation.FieldError]) -> ApiError:
-    """422 Invalid, worded as upstream's ``NewInvalid`` for a custom resource (``NodePool.karpenter.sh``)."""
-    qualified = f"{kind.kind}.{kind.group}" if kind.group else kind.kind
-    listed = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
-    details: dict[str, Any] = {
-        "name": name,
-        "group": kind.group,
-        "kind": kind.kind,
-        "causes": [{"reason": e.reason, "message": e.detail, "field": e.path} for e in errors],
-    }
-    return ApiError(422, f'{qualified} "{name}" is invalid: {listed}', details=details)

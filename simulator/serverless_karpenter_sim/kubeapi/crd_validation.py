@@ -18,21 +18,10 @@ from typing import Any
 from serverless_karpenter.clock import parse_rfc3339
 
 from .crd_cel import INT64_MAX, INT64_MIN, RuleError, compile_rule, go_regex
+from .field_errors import FieldError
 
 Schema = Mapping[str, Any]
 MISSING: Any = object()  # no old value at this path (a create, or a path that did not exist)
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """One cause of a 422: upstream's ``field.Error`` (its type as the Status cause's ``reason``)."""
-
-    reason: str
-    path: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.detail}" if self.path else self.detail
 
 
 @dataclass

@@ -22,7 +22,7 @@ class FieldError:
     body: str
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.body}"
+        return f"{self.field}: {self.body}" if self.field else self.body
 
 
 def go_quoted(value: Any) -> str:
@@ -51,10 +51,12 @@ def forbidden(field: str, detail: str) -> FieldError:
 
 
 def invalid_object(kind: Kind, name: str, errors: list[FieldError]) -> ApiError:
-    """kube-apiserver's ``NewInvalid``: one cause per distinct error, the message aggregating them."""
+    """kube-apiserver's ``NewInvalid``: the kind qualified by its group (``NodePool.karpenter.sh``, but
+    ``Node``), one cause per distinct error, the message aggregating them."""
     unique = list(dict.fromkeys(errors))
     messages = [str(e) for e in unique]
     aggregate = messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
+    qualified = f"{kind.kind}.{kind.group}" if kind.group else kind.kind
     details: Obj = {
         "name": name,
         "kind": kind.kind,
@@ -62,4 +64,4 @@ def invalid_object(kind: Kind, name: str, errors: list[FieldError]) -> ApiError:
     }
     if kind.group:
         details["group"] = kind.group
-    return ApiError(422, f'{kind.kind} "{name}" is invalid: {aggregate}', details=details)
+    return ApiError(422, f'{qualified} "{name}" is invalid: {aggregate}', details=details)
