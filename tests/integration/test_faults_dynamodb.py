@@ -6,11 +6,9 @@ and at the end."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from serverless_karpenter import crashpoints
 from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter_sim.scenario import load_scenario
 from serverless_karpenter_sim.simulation import Schedule, Simulation
@@ -19,13 +17,6 @@ from tests.builders import deployment, nodeclass, nodepool
 from tests.integration.simulate import run_checked, write_scenario
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(autouse=True)
-def _no_armed_crashes() -> Iterator[None]:
-    crashpoints.disarm_all()
-    yield
-    crashpoints.disarm_all()
 
 
 def test_dynamodb_races_and_throttling_converge(tmp_path: Path) -> None:

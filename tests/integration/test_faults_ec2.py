@@ -4,11 +4,9 @@ every step and at the end."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from serverless_karpenter import crashpoints
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter_sim.scenario import load_scenario
 from serverless_karpenter_sim.simulation import Schedule, Simulation
@@ -20,12 +18,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(autouse=True)
-def _short_gc_grace(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _short_gc_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     # The leaked instance of a lost CreateFleet answer must be collected within the test's virtual time.
     monkeypatch.setenv("GARBAGE_COLLECTION_GRACE_SECONDS", "120")
-    crashpoints.disarm_all()
-    yield
-    crashpoints.disarm_all()
 
 
 def test_ec2_faults_leave_no_leak_and_every_pod_running(tmp_path: Path) -> None:

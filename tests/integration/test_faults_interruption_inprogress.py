@@ -7,12 +7,11 @@ acted on rather than refused as "already in progress" until the redrive policy d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serverless_karpenter import crashpoints, state_schema
+from serverless_karpenter import state_schema
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter_sim.scenario import load_scenario
@@ -30,13 +29,6 @@ SPOT_WARNING: dict[str, Any] = {
         "detail": {"instance-id": "${instance:0}", "instance-action": "terminate"},
     }
 }
-
-
-@pytest.fixture(autouse=True)
-def _no_armed_crashes() -> Iterator[None]:
-    crashpoints.disarm_all()
-    yield
-    crashpoints.disarm_all()
 
 
 def idempotency_records(sim: Simulation) -> list[dict[str, Any]]:

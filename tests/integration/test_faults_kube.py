@@ -8,12 +8,10 @@ tests/integration/test_kubeapi_faults.py::test_drop_cuts_a_watch_stream."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serverless_karpenter import crashpoints
 from serverless_karpenter.adapters.kubernetes import CONNECT_TIMEOUT_ENV, READ_TIMEOUT_ENV
 from serverless_karpenter_sim.scenario import load_scenario
 from serverless_karpenter_sim.simulation import Schedule, Simulation
@@ -25,13 +23,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(autouse=True)
-def _no_armed_crashes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _short_kubernetes_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
     # A short client timeout, so that a request held past it costs a second, not the default 30.
     monkeypatch.setenv(CONNECT_TIMEOUT_ENV, "1")
     monkeypatch.setenv(READ_TIMEOUT_ENV, "1")
-    crashpoints.disarm_all()
-    yield
-    crashpoints.disarm_all()
 
 
 def pdb(app: str, max_unavailable: int) -> dict[str, Any]:

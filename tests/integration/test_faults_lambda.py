@@ -23,11 +23,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(autouse=True)
-def _no_armed_crashes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _short_gc_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GARBAGE_COLLECTION_GRACE_SECONDS", "120")
-    crashpoints.disarm_all()
-    yield
-    crashpoints.disarm_all()
 
 
 def pdb(app: str, max_unavailable: int) -> dict[str, Any]:

@@ -4,12 +4,10 @@ every step and at the end."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serverless_karpenter import crashpoints
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter_sim.scenario import load_scenario
 from serverless_karpenter_sim.simulation import Schedule, Simulation
@@ -18,13 +16,6 @@ from tests.builders import deployment, nodeclass, nodepool
 from tests.integration.simulate import run_checked, write_scenario
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(autouse=True)
-def _no_armed_crashes() -> Iterator[None]:
-    crashpoints.disarm_all()
-    yield
-    crashpoints.disarm_all()
 
 
 def spot_pool() -> dict[str, Any]:

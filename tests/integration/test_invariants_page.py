@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serverless_karpenter import crashpoints
 from serverless_karpenter.deployment import INTERRUPTION_MAX_RECEIVE_COUNT
 from serverless_karpenter_cli.invariants_report import EXIT_INVARIANT_FAILED, exit_code
 from serverless_karpenter_cli.main import main
@@ -26,13 +24,6 @@ from tests.builders import deployment, nodeclass, nodepool
 from tests.integration.simulate import simulation, write_scenario
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(autouse=True)
-def _no_armed_crashes() -> Iterator[None]:
-    crashpoints.disarm_all()
-    yield
-    crashpoints.disarm_all()
 
 
 def _run(sim: Simulation) -> tuple[InvariantReport, dict[str, Any]]:

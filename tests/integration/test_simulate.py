@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,6 @@ from tests.builders import deployment, nodeclass, nodepool
 from tests.integration.simulate import simulation, write_scenario
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(autouse=True)
-def _no_armed_crashes() -> Iterator[None]:
-    crashpoints.disarm_all()
-    yield
-    crashpoints.disarm_all()
 
 
 def _run(sim: Simulation) -> dict:

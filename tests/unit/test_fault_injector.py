@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, cast
 
@@ -16,13 +15,6 @@ from serverless_karpenter_sim.kubeapi import KubeApiServer
 
 if TYPE_CHECKING:
     from serverless_karpenter_sim.simulation import Simulation
-
-
-@pytest.fixture(autouse=True)
-def _no_armed_crashes() -> Iterator[None]:
-    crashpoints.disarm_all()
-    yield
-    crashpoints.disarm_all()
 
 
 def injector() -> FaultInjector:
