@@ -174,7 +174,7 @@ class ControlPlaneFunctions(Construct):
         # The provisioner first: the watcher's environment and policy refer to it.
         for spec in sorted(FUNCTION_SPECS, key=lambda s: s.name != "provisioner"):
             env = dict(common_env)
-            if spec.name in ("watcher", "termination"):
+            if spec.name in ("watcher", "termination", "disruption"):
                 env[setting_env("provisioner_function_name")] = self.functions["provisioner"].function_name
             self._add_function(spec, config, env)
             if spec.name == "provisioner":

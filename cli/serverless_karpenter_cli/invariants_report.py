@@ -52,6 +52,7 @@ def rows(invariants: Mapping[str, Any]) -> list[tuple[str, list[str], str]]:
             f"pending, longest {inv['max_disruption_pending_seconds']:.0f}s "
             f"(bound {inv['disruption_pending_bound_seconds']:.0f}s)",
         ),
+        ("no NodePool disruption budget exceeded", inv.get("budget_breaches", []), ""),
         ("drains end within their bound", inv["stuck_drains"], ""),
         (
             "deletions carried through",

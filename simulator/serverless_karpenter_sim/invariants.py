@@ -13,6 +13,8 @@
   margin (``drains.py``);
 - a pod evicted by a voluntary disruption has a Running replacement within a bound, and no
   PodDisruptionBudget falls below what it allows meanwhile (``availability.py``);
+- no NodePool starts a voluntary disruption beyond its disruption budget, with Karpenter's total of
+  initialized nodes (``node_budgets.py``);
 - no Lambda invocation raised or logged an AccessDenied or a 403, or raised an exception that no
   injected fault caused (``lambda_failures.py``).
 
@@ -37,6 +39,7 @@ from serverless_karpenter.scheduling import pods as podlib
 
 from serverless_karpenter_sim.availability import DisruptionAvailability
 from serverless_karpenter_sim.drains import stuck_drains
+from serverless_karpenter_sim.node_budgets import NodeBudgets
 
 if TYPE_CHECKING:
     from serverless_karpenter_sim.simulation import Simulation
@@ -69,6 +72,7 @@ class InvariantReport:
     disruption_pending_bound_seconds: float = 0.0
     pods_stranded_by_disruption: list[str] = field(default_factory=list)
     pdb_floor_breaches: list[str] = field(default_factory=list)
+    budget_breaches: list[str] = field(default_factory=list)
     lambda_failures: list[str] = field(default_factory=list)  # those that page
     lambda_failures_caused_by_faults: int = 0
 
@@ -106,6 +110,7 @@ class InvariantReport:
             for p in self.pods_stranded_by_disruption
         )
         out.extend(self.pdb_floor_breaches)
+        out.extend(self.budget_breaches)
         out.extend(f"Lambda invocation failed: {f}" for f in self.lambda_failures)
         return out
 
@@ -139,6 +144,7 @@ class InvariantReport:
             "disruption_pending_bound_seconds": self.disruption_pending_bound_seconds,
             "pods_stranded_by_disruption": self.pods_stranded_by_disruption,
             "pdb_floor_breaches": self.pdb_floor_breaches,
+            "budget_breaches": self.budget_breaches,
             "lambda_failures": self.lambda_failures,
             "lambda_failures_caused_by_faults": self.lambda_failures_caused_by_faults,
         }
@@ -156,6 +162,7 @@ class Invariants:
         self.max_pending_seconds = 0.0
         self.reports: list[InvariantReport] = []
         self.availability = DisruptionAvailability(sim)
+        self.node_budgets = NodeBudgets(sim)
 
     @property
     def gc_deadline(self) -> float:
@@ -178,6 +185,7 @@ class Invariants:
         """What must be sampled every tick: the oldest pending pod, and voluntary evictions."""
         self.observe_pending()
         self.availability.observe()
+        self.node_budgets.observe()
 
     def observe_pending(self) -> None:
         """Sample the oldest pending pod (the simulator calls this every tick; checks come less often)."""
@@ -278,6 +286,7 @@ class Invariants:
             records, nodes, sim.clock.now(), sim.scenario.invariants.drain_margin_seconds
         )
         self.availability.report(report)
+        self.node_budgets.report(report)
         failures = sim.lambdas.failures
         report.lambda_failures = [f.describe() for f in failures if f.pages]
         report.lambda_failures_caused_by_faults = sum(1 for f in failures if not f.pages)

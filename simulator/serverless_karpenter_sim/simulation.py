@@ -21,6 +21,7 @@ from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog import load_bundled_catalog
 from serverless_karpenter.clock import ManualClock
 from serverless_karpenter.config import Settings
+from serverless_karpenter.disruption.usecases import disruption_outstanding
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import NAMESPACE
 from serverless_karpenter.runtime import build_control_plane, use_control_plane
@@ -61,7 +62,10 @@ class Schedule:
     watcher_every: float = 1.0  # one poll per virtual second, as the watcher's loop does
     provisioner_every: float = 60.0  # the EventBridge schedule
     termination_every: float = 5.0  # delayed termination-work messages while drains are under way
-    disruption_every: float = 60.0
+    # The disruption function loops within its invocation, a pass every 10 s or sooner when something
+    # falls due; the simulator runs one pass an invocation and schedules the next as the loop would sleep
+    # (``nextPassSeconds``), falling back to this period when an invocation fails.
+    disruption_every: float = 10.0
     boot_delay: float = 30.0
     ready_delay: float = 10.0
 
@@ -197,6 +201,8 @@ class Simulation:
         self.launch_order: list[str] = []  # nodeclaim names in launch order
         self._on_tick = on_tick
         self._last_run: dict[str, float] = {}
+        self._next_disruption = 0.0
+        self._outstanding: str | None = None
         self._states: dict[str, str] = {}
         self._started = False
         self.resources: CloudResources | None = None
@@ -261,6 +267,9 @@ class Simulation:
         # Termination hands a draining node's pods to provisioning the same way (issue 6).
         termination = self.lambdas.handler("termination")
         termination.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)  # type: ignore[attr-defined]
+        # Disruption wakes it for the replacements it writes.
+        disruption = self.lambdas.handler("disruption")
+        disruption.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)  # type: ignore[attr-defined]
         ec2 = self.cloud.client("ec2")
         self.ec2 = ec2
         self.sqs = self.cloud.client("sqs")
@@ -466,8 +475,12 @@ class Simulation:
             self._invoke("provisioner", {"source": "aws.scheduler"})
         if self._due("termination", self.schedule.termination_every):
             self._invoke("termination", {"source": "aws.scheduler"})
-        if self._due("disruption", self.schedule.disruption_every):
-            self._invoke("disruption", {"source": "aws.scheduler"})
+        if self.elapsed >= self._next_disruption - 1e-9:
+            result = self._invoke("disruption", {"source": "aws.scheduler", "loopSeconds": 0})
+            wait = self.schedule.disruption_every
+            if isinstance(result, dict) and isinstance(result.get("nextPassSeconds"), int | float):
+                wait = min(wait, float(result["nextPassSeconds"]))
+            self._next_disruption = self.elapsed + max(wait, self.schedule.tick_seconds)
         self._observe()
         self.invariants.observe()
         if self._on_tick:
@@ -520,7 +533,16 @@ class Simulation:
             NodeClaimState.DRAINING,
             NodeClaimState.TERMINATING,
         }
-        return not any(r.state in transient for r in records)
+        if any(r.state in transient for r in records):
+            return False
+        # Settled means nothing left for disruption either: no command under way or available, no
+        # expired node, no node waiting out its consolidateAfter.
+        outstanding = disruption_outstanding(self.plane)
+        if outstanding != self._outstanding:
+            self._outstanding = outstanding
+            if outstanding:
+                self.note(f"not settled: {outstanding}")
+        return outstanding is None
 
     def run_step(self, step: Step) -> None:
         match step.kind:
@@ -561,7 +583,7 @@ class Simulation:
         while self.elapsed < deadline and not self.settled():
             self.run_for(self.schedule.tick_seconds * 5)
         if self.settled():
-            self.note("settled: every pod Running, no NodeClaim in transition")
+            self.note("settled: every pod Running, no NodeClaim in transition, nothing left to disrupt")
         else:
             self.note(f"not settled after {self.scenario.settle_seconds:.0f}s")
         self.check_invariants(final=True)

@@ -58,9 +58,18 @@ def scenario(name: str, edit: Callable[[Scenario], None] | None = None) -> Scena
 
 
 @contextmanager
-def running(loaded: Scenario, tick_seconds: float = 5.0) -> Iterator[tuple[Simulation, Watch]]:
+def running(
+    loaded: Scenario, tick_seconds: float = 5.0, sampler: Callable[[Simulation], None] | None = None
+) -> Iterator[tuple[Simulation, Watch]]:
+    """The scenario's simulation, started, with a Watch (and ``sampler``, if given) called every tick."""
     watch = Watch()
-    sim = Simulation(loaded, schedule=Schedule(tick_seconds=tick_seconds), log=io.StringIO(), on_tick=watch)
+
+    def on_tick(sim: Simulation) -> None:
+        watch(sim)
+        if sampler is not None:
+            sampler(sim)
+
+    sim = Simulation(loaded, schedule=Schedule(tick_seconds=tick_seconds), log=io.StringIO(), on_tick=on_tick)
     sim.start()
     try:
         yield sim, watch

@@ -58,8 +58,7 @@ def _cron(loaded: Scenario) -> None:
     loaded.steps = Scenario.model_validate({"name": "x", "steps": steps}).steps
 
 
-def test_repeated_scale_up_and_down_causes_no_same_type_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MIN_NODE_AGE_SECONDS", "120")
+def test_repeated_scale_up_and_down_causes_no_same_type_replacement() -> None:
     with running(scenario("drift-ami", _cron), tick_seconds=20) as (sim, watch):
         for step in sim.scenario.steps:
             sim.run_step(step)

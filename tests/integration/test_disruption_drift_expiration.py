@@ -11,8 +11,7 @@ from tests.integration.disruption_helpers import active, running, running_pods, 
 pytestmark = pytest.mark.integration
 
 
-def test_new_ami_for_the_alias_replaces_every_node_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MIN_NODE_AGE_SECONDS", "120")
+def test_new_ami_for_the_alias_replaces_every_node_within_the_budget() -> None:
     with running(scenario("drift-ami"), tick_seconds=10) as (sim, watch):
         for step in sim.scenario.steps:
             sim.run_step(step)

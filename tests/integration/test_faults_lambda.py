@@ -132,8 +132,6 @@ def carry_through(sim: Simulation, victim: str) -> None:
 @pytest.fixture
 def scaled_down(monkeypatch: pytest.MonkeyPatch) -> Iterator[Simulation]:
     """Two nodes, then a scale-down that leaves one of them for consolidation to remove."""
-    # minNodeAge (10m by default) is covered by the unit tests; here it would only lengthen the run.
-    monkeypatch.setenv("MIN_NODE_AGE_SECONDS", "120")
     sim = Simulation(
         consolidation(), schedule=Schedule(tick_seconds=5.0, watcher_every=5.0), log=io.StringIO()
     )

@@ -54,9 +54,10 @@ def events(snap: Snapshot, options: Options | None = None) -> list[tuple[str, st
 
 
 def test_no_cheaper_replacement_is_unconsolidatable() -> None:
-    only_same = [FakeType("m.large", 2, 0.096), FakeType("n.large", 2, 0.090)]
+    only_same = [FakeType("m.large", 2, 0.096), FakeType("n.large", 2, 0.096)]
     EXTRA.extend(only_same)
     a = record("a", only_same[0])
+    # n.large at the same price is no cheaper; m.large is the node's own type.
     assert events(snapshot([a], [pod("p", a, cpu="1")], types=only_same)) == [
         ("Node/node-a", "Unconsolidatable", "Can't replace with a cheaper node", "Normal")
     ]
@@ -120,4 +121,6 @@ def test_nodes_merely_too_young_or_recently_changed_get_no_event() -> None:
     young = record("young", TYPES[1], age=timedelta(minutes=5))
     busy = record("busy", TYPES[1])
     pods = [pod("p", young, cpu="1"), pod("q", busy, cpu="1", started=NOW - timedelta(seconds=20))]
-    assert events(snapshot([young, busy], pods)) == []
+    # The minimum node age is ours and off by default; on, a young node gets no Event, as a recent pod
+    # event under consolidateAfter gets none.
+    assert events(snapshot([young, busy], pods), Options(min_node_age=timedelta(minutes=10))) == []

@@ -58,12 +58,16 @@ class Kube:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
     pdbs: list[dict[str, Any]] = field(default_factory=list)
+    nodepools: list[dict[str, Any]] = field(default_factory=list)
 
     def list_pdbs(self) -> list[dict[str, Any]]:
         return list(self.pdbs)
 
     def list_nodes(self) -> list[dict[str, Any]]:
         return list(self.nodes)
+
+    def list_nodepools(self) -> list[dict[str, Any]]:
+        return list(self.nodepools)
 
     def list_pods(self, field_selector: str | None = None) -> list[dict[str, Any]]:
         if field_selector == "status.phase=Pending":

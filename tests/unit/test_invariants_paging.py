@@ -258,3 +258,44 @@ def test_bounds_come_from_the_scenario(world: World) -> None:
     world.advance(DEFAULT_DRAIN_SECONDS + 1)
 
     assert world.invariants.check().stuck_drains
+
+
+# -- NodePool disruption budgets -----------------------------------------------------------------------------
+
+
+def _budgeted_pool(world: World, nodes: str) -> None:
+    template = {
+        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "x"},
+        "requirements": [],
+    }
+    world.kube.nodepools.append(
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {"template": {"spec": template}, "disruption": {"budgets": [{"nodes": nodes}]}},
+        }
+    )
+
+
+def test_a_disruption_started_beyond_the_nodepool_budget_is_reported(world: World) -> None:
+    _budgeted_pool(world, "2")
+    for i in range(8):
+        world.record(f"default-{i}", world.launch(f"default-{i}"), NodeClaimState.INITIALIZED)
+        world.store.records[-1] = world.store.records[-1].model_copy(
+            update={"initialized_at": world.clock.now()}
+        )
+    for name in ("default-x", "default-y"):
+        _draining(world, name, "Drifted")
+        world.store.records[-1] = world.store.records[-1].model_copy(
+            update={"initialized_at": world.clock.now()}
+        )
+    world.invariants.observe()
+    assert world.invariants.check().budget_breaches == []  # two, within the budget of 2
+    _draining(world, "default-z", "Underutilized")
+    world.store.records[-1] = world.store.records[-1].model_copy(update={"initialized_at": world.clock.now()})
+    world.invariants.observe()
+    report = world.invariants.check()
+    assert len(report.budget_breaches) == 1 and "3 nodes disrupted" in report.budget_breaches[0]
+    assert "beyond its budget of 2 for Underutilized of 11 initialized nodes" in report.budget_breaches[0]
+    assert any("beyond its budget" in v for v in report.violations())

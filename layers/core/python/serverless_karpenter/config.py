@@ -51,10 +51,17 @@ class Settings(BaseSettings):
     # How often unused launch templates are looked for (and how old one must be to go).
     launch_template_sweep_seconds: int = 300
 
-    # Disruption, beyond Karpenter (issue 7).
+    # How long one disruption invocation keeps evaluating (the schedule starts one every minute), and
+    # Karpenter's polling period between passes when nothing falls due sooner.
+    disruption_loop_seconds: float = Field(default=50.0, ge=0, le=240)
+    disruption_poll_interval_seconds: float = Field(default=10.0, gt=0)
+
+    # Disruption. Karpenter's feature gate SpotToSpotConsolidation, off as there.
     spot_to_spot_consolidation: bool = False
-    min_savings_percent: float = 10.0
-    min_node_age_seconds: int = 600
+    # Beyond Karpenter, off by default: a replacement must save this much (Karpenter: strictly cheaper),
+    # and emptiness and consolidation leave nodes younger than this alone (Karpenter: consolidateAfter).
+    min_savings_percent: float = Field(default=0.0, ge=0, lt=100)
+    min_node_age_seconds: int = Field(default=0, ge=0)
     # Off by default: replacing a node by its own instance type and capacity type is churn.
     same_type_replacement: bool = False
 

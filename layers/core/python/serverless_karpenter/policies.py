@@ -138,12 +138,14 @@ FUNCTION_CAPABILITIES: Mapping[str, frozenset[Capability]] = MappingProxyType(
             }
         ),
         # Decides what to disrupt (drift needs AMI ids, consolidation needs prices); launches go through
-        # the provisioner's lifecycle reconcile, so it has no launch rights. It resolves each EC2NodeClass
-        # without managing its instance profile (a spec.role's profile is named, not read: the
-        # provisioner creates it before a launch), so it needs no IAM rights.
+        # the provisioner's lifecycle reconcile, so it has no launch rights, only the right to wake the
+        # provisioner for the replacements it writes. It resolves each EC2NodeClass without managing its
+        # instance profile (a spec.role's profile is named, not read: the provisioner creates it before a
+        # launch), so it needs no IAM rights.
         "disruption": frozenset(
             {
                 Capability.KUBERNETES_API,
+                Capability.INVOKE_PROVISIONER,
                 Capability.STATE_READ_WRITE,
                 Capability.EC2_READ,
                 Capability.SSM_PUBLIC_PARAMETERS,

@@ -3,8 +3,10 @@
 A candidate is an Initialized NodeClaim with a Node, owned by a NodePool that still exists, not being
 deleted and not part of a disruption command already under way. What blocks a candidate depends on
 the method: graceful methods (drift, consolidation) respect ``karpenter.sh/do-not-disrupt`` and PDBs that
-forbid evictions; consolidation also refuses pods without a controller, nodes younger than
-``min_node_age`` (beyond Karpenter) and nodes whose last pod event is more recent than consolidateAfter.
+forbid evictions, except that drift, an eventual method, ignores the pods' blockers on a NodeClaim with a
+``terminationGracePeriod`` (the grace period forces them out, as Karpenter's ``NewCandidate``);
+consolidation also refuses pods without a controller and nodes whose last pod event is more recent than
+consolidateAfter (and, off by default and beyond Karpenter, nodes younger than ``min_node_age``).
 """
 
 from __future__ import annotations
@@ -56,14 +58,16 @@ class InstanceNetwork:
 class Options:
     """Knobs, Karpenter's and ours (documented in docs and config.Settings)."""
 
-    min_savings_percent: float = 10.0
-    min_node_age: timedelta = timedelta(minutes=10)
+    # Karpenter's rule is a strictly cheaper replacement; a margin on top is ours, off by default.
+    min_savings_percent: float = 0.0
+    # consolidateAfter is the user's churn guard (Karpenter has no other); a minimum age is ours, off.
+    min_node_age: timedelta = timedelta(0)
     spot_to_spot: bool = False
     same_type_replacement: bool = False
+    # Karpenter's commandValidationDelay and pollingPeriod.
     validation_delay: timedelta = timedelta(seconds=15)
+    poll_interval: timedelta = timedelta(seconds=10)
     replacement_timeout: timedelta = timedelta(minutes=10)
-    # Karpenter #5903: merging at equal price is worth it when it removes DaemonSet overhead.
-    merge_for_daemon_overhead: bool = True
     spot_to_spot_min_types: int = 15
 
 
@@ -82,12 +86,30 @@ class Snapshot:
     pdbs: list[dict[str, Any]]
     templates: list[NodePoolTemplate]
     instance_network: dict[str, InstanceNetwork] = field(default_factory=dict)
+    # Provisionable pods: a disruption's simulation places them too, so it never counts on capacity
+    # launched for them (Karpenter's SimulateScheduling starts from the pending pods).
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._nodes = {n["metadata"]["name"]: n for n in self.nodes}
+        self._pods_by_node: dict[str, list[dict[str, Any]]] = {}
+        for pod in self.pods:
+            name = podlib.node_name(pod)
+            if name:
+                self._pods_by_node.setdefault(name, []).append(pod)
 
     def node(self, name: str | None) -> dict[str, Any] | None:
-        return next((n for n in self.nodes if n["metadata"]["name"] == name), None) if name else None
+        return self._nodes.get(name) if name else None
 
     def pods_on(self, node_name: str) -> list[dict[str, Any]]:
-        return [p for p in self.pods if podlib.node_name(p) == node_name]
+        return list(self._pods_by_node.get(node_name, []))
+
+    def leaving(self) -> set[str]:
+        """Nodes on their way out: being deleted, or their NodeClaim deleting or in a command. Their
+        pods need a place too, and they are no place for other pods."""
+        names = {n["metadata"]["name"] for n in self.nodes if n["metadata"].get("deletionTimestamp")}
+        names |= {r.node_name for r in self.records if r.node_name and (r.is_deleting or in_command(r))}
+        return names
 
 
 @dataclass
@@ -268,14 +290,21 @@ class Blocker:
 
 
 def graceful_blocker(
-    candidate: Candidate, pdbs: Sequence[Mapping[str, Any]], now: datetime
+    candidate: Candidate, pdbs: Sequence[Mapping[str, Any]], now: datetime, *, eventual: bool = False
 ) -> Blocker | None:
-    """What blocks drift and consolidation of the candidate: annotations and PDBs."""
+    """What blocks drift and consolidation of the candidate: annotations and PDBs.
+
+    ``eventual`` (drift): on a NodeClaim with a terminationGracePeriod the pods' do-not-disrupt and PDBs
+    do not block, since the grace period bounds how long they can hold the drain (Karpenter's
+    ``NewCandidate`` ignores pod eviction blockers for the eventual class). The node's own annotation
+    still blocks."""
     annotations = candidate.node["metadata"].get("annotations") or {}
     if (annotations.get(wk.DO_NOT_DISRUPT) or "").strip().lower() == "true":
         return Blocker(
             "DoNotDisrupt", f'node {candidate.node_name} has annotation {wk.DO_NOT_DISRUPT}="true"'
         )
+    if eventual and candidate.record.termination_grace_period_seconds is not None:
+        return None
     for pod in candidate.reschedulable:
         value = ((pod.get("metadata") or {}).get("annotations") or {}).get(wk.DO_NOT_DISRUPT)
         if _do_not_disrupt_blocks(value, _pod_started(pod), now):

@@ -8,7 +8,8 @@ the cluster's capacity, without the candidates.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from serverless_karpenter.disruption.budgets import (
     allowed_disruptions,
 )
 from serverless_karpenter.disruption.candidates import (
+    REPLACEMENT_FOR_ANNOTATION,
     Blocker,
     Candidate,
     Options,
@@ -30,11 +32,12 @@ from serverless_karpenter.disruption.candidates import (
     graceful_blocker,
     in_command,
     no_controller_blocker,
+    pending_command,
 )
 from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter.provisioning.provisioner import existing_capacity
 from serverless_karpenter.scheduling import pods as podlib
-from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.requirements import Requirements
 from serverless_karpenter.scheduling.scheduler import (
     InstanceTypeLike,
     NewNodeClaim,
@@ -43,6 +46,7 @@ from serverless_karpenter.scheduling.scheduler import (
     cheapest_offering,
     nodepool_requirements,
 )
+from serverless_karpenter.termination.handoff import is_reschedulable
 
 EMPTINESS = "emptiness"
 DRIFT = "drift"
@@ -118,15 +122,42 @@ class Evaluation:
 # --- budgets ----------------------------------------------------------------------------------------------
 
 
+def _node_ready(node: Mapping[str, Any] | None) -> bool:
+    conditions = ((node or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _commands_under_way(snapshot: Snapshot) -> set[str]:
+    return {
+        str(command.get("id"))
+        for r in snapshot.records
+        if r.state != NodeClaimState.TERMINATED and (command := pending_command(r)) is not None
+    }
+
+
 def budget_for(snapshot: Snapshot, nodepool: str, reason: str) -> BudgetVerdict:
-    owned = [
+    """Karpenter's BuildDisruptionBudgetMapping for one NodePool and reason.
+
+    The total is the NodePool's initialized nodes whose instance is not yet terminating (a launched or
+    registered node takes no pods, so it must not raise a percentage). Nodes NotReady, deleting or in a
+    command count against the budget. Beyond Karpenter, the initialized replacements of a command still
+    under way are left out of the total: counted, a 10-node NodePool with two replacements up would be
+    12 nodes and a 20% budget would allow a third disruption while the first two are not yet gone.
+    """
+    under_way = _commands_under_way(snapshot)
+    counted = [
         r
         for r in snapshot.records
-        if r.nodepool == nodepool and r.node_name and r.state != NodeClaimState.TERMINATED
+        if r.nodepool == nodepool
+        and r.initialized_at is not None
+        and r.state not in (NodeClaimState.TERMINATING, NodeClaimState.TERMINATED)
+        and r.annotations.get(REPLACEMENT_FOR_ANNOTATION) not in under_way
     ]
-    disrupting = sum(1 for r in owned if r.is_deleting or in_command(r))
+    disrupting = sum(
+        1 for r in counted if r.is_deleting or in_command(r) or not _node_ready(snapshot.node(r.node_name))
+    )
     model = snapshot.nodepools[nodepool]
-    return allowed_disruptions(model.spec.disruption.budgets, reason, len(owned), disrupting, snapshot.now)
+    return allowed_disruptions(model.spec.disruption.budgets, reason, len(counted), disrupting, snapshot.now)
 
 
 def within_budgets(
@@ -152,16 +183,63 @@ def within_budgets(
 # --- scheduling simulation -------------------------------------------------------------------------------
 
 
-def simulate(snapshot: Snapshot, removed: Sequence[Candidate]) -> SchedulingResult:
-    """Where the removed candidates' pods would go: remaining nodes, in-flight claims, or new claims."""
-    gone = {c.node_name for c in removed}
-    # Nodes promised to other commands are going too.
-    gone |= {r.node_name for r in snapshot.records if r.node_name and in_command(r)}
+@dataclass
+class Rescheduling:
+    """Where the candidates' pods would go, counting everything else that needs a place."""
+
+    result: SchedulingResult
+    # Pod key -> why it would not get a place: the candidates' pods and those of nodes already leaving
+    # (the pending pods' troubles are the provisioner's).
+    errors: dict[str, str]
+    # The new NodeClaims the candidates' pods need: the command's replacements. New NodeClaims only
+    # pending pods or leaving nodes' pods need are the provisioner's to launch.
+    new_nodeclaims: list[NewNodeClaim]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def simulate(snapshot: Snapshot, removed: Sequence[Candidate]) -> Rescheduling:
+    """Karpenter's SimulateScheduling: the candidates' pods, every pending pod and the pods of every
+    node already leaving, onto the nodes that stay and the capacity in flight.
+
+    A candidate's pod may not count on capacity that is not initialized yet (a NodeClaim in flight, or a
+    node not yet initialized): it would be evicted before its place exists (Karpenter's
+    UninitializedNodeError). The pods of leaving nodes may, as Karpenter assumes the capacity launched
+    for them will come up.
+    """
+    leaving = snapshot.leaving()
+    gone = leaving | {c.node_name for c in removed}
     nodes = [n for n in snapshot.nodes if n["metadata"]["name"] not in gone]
     bound = [p for p in snapshot.pods if podlib.node_name(p) not in gone]
     capacity = existing_capacity(nodes, bound, snapshot.records)
-    pods = [p for c in removed for p in c.reschedulable]
-    return Scheduler(snapshot.templates, capacity).solve(pods)
+    candidate_pods = [p for c in removed for p in c.reschedulable]
+    moving = [p for name in sorted(leaving - {c.node_name for c in removed}) for p in snapshot.pods_on(name)]
+    moving = [p for p in moving if is_reschedulable(p)]
+    result = Scheduler(snapshot.templates, capacity).solve([*candidate_pods, *moving, *snapshot.pending])
+    ours = {podlib.key(p) for p in candidate_pods}
+    must_place = ours | {podlib.key(p) for p in moving}
+    errors = {
+        key: "; ".join(f"{k}: {v}" if k else v for k, v in sorted(reasons.items()))
+        for key, reasons in result.unschedulable.items()
+        if key in must_place
+    }
+    initialized_nodes = {r.node_name for r in snapshot.records if r.state == NodeClaimState.INITIALIZED}
+    managed_nodes = {r.node_name for r in snapshot.records if r.node_name}
+    for name, keys in result.existing.items():
+        uninitialized = name.startswith("nodeclaim/") or (
+            name in managed_nodes and name not in initialized_nodes
+        )
+        if not uninitialized:
+            continue
+        for key in keys:
+            if key in ours:
+                errors[key] = (
+                    f"would schedule against uninitialized {name if '/' in name else 'node/' + name}"
+                )
+    new = [c for c in result.new_nodeclaims if ours.intersection(c.pods)]
+    return Rescheduling(result, errors, new)
 
 
 def _price(claim: NewNodeClaim, it: InstanceTypeLike) -> tuple[float, str]:
@@ -171,92 +249,113 @@ def _price(claim: NewNodeClaim, it: InstanceTypeLike) -> tuple[float, str]:
     return float(offering.price), str(offering.capacity_type)
 
 
-def _describe_unschedulable(result: SchedulingResult) -> str:
-    pod, reasons = next(iter(sorted(result.unschedulable.items())))
-    why = "; ".join(f"{k}: {v}" if k else v for k, v in sorted(reasons.items()))
-    more = f" and {len(result.unschedulable) - 1} more" if len(result.unschedulable) > 1 else ""
+def _describe_errors(errors: Mapping[str, str]) -> str:
+    pod, why = sorted(errors.items())[0]
+    more = f" and {len(errors) - 1} more" if len(errors) > 1 else ""
     return f"pod {pod}{more} would not schedule: {why}"
+
+
+def _cheaper_options(
+    claim: NewNodeClaim, requirements: Requirements, below: float
+) -> list[tuple[InstanceTypeLike, float, str]]:
+    """The claim's instance types whose cheapest offering ``requirements`` allow costs less than
+    ``below``, cheapest first: Karpenter's RemoveInstanceTypeOptionsByPriceAndMinValues."""
+    priced = []
+    for it in claim.instance_types:
+        offering = cheapest_offering(requirements, it)
+        if offering is not None and float(offering.price) < below:
+            priced.append((it, float(offering.price), str(offering.capacity_type)))
+    return sorted(priced, key=lambda t: (t[1], t[0].name))
+
+
+def _narrowed(claim: NewNodeClaim, requirements: Requirements, names: Sequence[str]) -> NewNodeClaim:
+    keep = set(names)
+    return dataclasses.replace(
+        claim,
+        requirements=requirements,
+        labels=dict(claim.labels),
+        daemon_overhead=dict(claim.daemon_overhead),
+        pod_requests=dict(claim.pod_requests),
+        instance_types=[it for it in claim.instance_types if it.name in keep],
+        pods=list(claim.pods),
+    )
+
+
+def _no_cheaper(removed: Sequence[Candidate], claim: NewNodeClaim, options: Options) -> str:
+    current = " + ".join(c.describe() for c in removed)
+    priced = sorted(
+        ((it, *_price(claim, it)) for it in claim.instance_types), key=lambda t: (t[1], t[0].name)
+    )
+    best = f"{priced[0][0].name} ${priced[0][1]:.4f}/h" if priced else "none fits"
+    rule = "a strictly cheaper replacement" + (
+        f", at least {options.min_savings_percent:g}% cheaper" if options.min_savings_percent else ""
+    )
+    return f"no cheaper replacement: current {current}; best replacement {best} (needs {rule})"
 
 
 def cheaper_replacement(
     snapshot: Snapshot, removed: Sequence[Candidate], claim: NewNodeClaim, options: Options
 ) -> tuple[NewNodeClaim | None, str, str]:
-    """The replacement restricted to instance types cheap enough to be worth it, or why there is none
-    (and Karpenter's Unconsolidatable message for it; "" with a replacement)."""
+    """The replacement restricted to the instance types strictly cheaper than what it replaces, or why
+    there is none (and Karpenter's Unconsolidatable message for it; "" with a replacement).
+
+    Karpenter's computeConsolidation: when every candidate is spot and the replacement may be spot, only
+    a spot replacement is considered and only behind the SpotToSpotConsolidation gate; a single node
+    then needs 15 cheaper spot types and launches among the 15 cheapest. Otherwise a replacement that may
+    be on-demand or spot is held to the capacity type that made it cheaper, so a launch cannot fall back
+    to a dearer one.
+    """
     current = sum(c.price for c in removed)
-    priced = sorted(
-        ((it, *_price(claim, it)) for it in claim.instance_types), key=lambda t: (t[1], t[0].name)
-    )
-    best_any = priced[0] if priced else None
-    overhead = claim.daemon_overhead
-    merges_daemons = (
-        options.merge_for_daemon_overhead
-        and len(removed) >= 2
-        and (overhead.get(resources.CPU, 0) > 0 or overhead.get(resources.MEMORY, 0) > 0)
-    )
-    threshold = current if merges_daemons else current * (1 - options.min_savings_percent / 100.0)
-    kept: list[tuple[InstanceTypeLike, float, str]] = []
-    for it, price, capacity_type in priced:
-        worth = price <= threshold if merges_daemons else price < threshold
-        if not worth:
-            continue
-        if (
-            not options.same_type_replacement
-            and len(removed) == 1
-            and it.name == removed[0].instance_type
-            and capacity_type == removed[0].capacity_type
-        ):
-            continue  # beyond Karpenter: a same-type replacement is churn for a price wobble
-        if len(removed) > 1 and any(it.name == c.instance_type for c in removed):
-            # Replacing N nodes by one of their own type is deleting N-1 of them, which single-node
-            # consolidation does with less churn (as Karpenter's filterOutSameType).
-            continue
-        kept.append((it, price, capacity_type))
+    below = current * (1 - options.min_savings_percent / 100.0)
+    capacity_types = claim.requirements.get(wk.CAPACITY_TYPE)
+    spot_only = claim.requirements.merged(Requirements.from_labels({wk.CAPACITY_TYPE: wk.CAPACITY_TYPE_SPOT}))
     all_spot = all(c.capacity_type == wk.CAPACITY_TYPE_SPOT for c in removed)
-    event = CANT_REPLACE_CHEAPER
-    if all_spot:
-        spot = [k for k in kept if k[2] == wk.CAPACITY_TYPE_SPOT]
-        if spot:
-            if not options.spot_to_spot or len(removed) > 1:
-                kept = [k for k in kept if k[2] != wk.CAPACITY_TYPE_SPOT]
-                if not options.spot_to_spot:
-                    event = SPOT_TO_SPOT_DISABLED
-            elif len(spot) < options.spot_to_spot_min_types:
-                kept = []
+    if all_spot and capacity_types.has(wk.CAPACITY_TYPE_SPOT):
+        if not options.spot_to_spot:
+            return (
+                None,
+                "spot-to-spot consolidation is off (SPOT_TO_SPOT_CONSOLIDATION)",
+                SPOT_TO_SPOT_DISABLED,
+            )
+        requirements = spot_only
+        kept = _cheaper_options(claim, requirements, below)
+        if kept and len(removed) == 1:
+            if len(kept) < options.spot_to_spot_min_types:
                 return (
                     None,
                     f"spot-to-spot replacement needs {options.spot_to_spot_min_types} cheaper instance "
-                    f"types, found {len(spot)}",
+                    f"types, found {len(kept)}",
                     f"SpotToSpotConsolidation requires {options.spot_to_spot_min_types} cheaper instance "
-                    f"type options than the current candidate to consolidate, got {len(spot)}",
+                    f"type options than the current candidate to consolidate, got {len(kept)}",
                 )
-            else:
-                kept = spot[: options.spot_to_spot_min_types]
+            kept = kept[: options.spot_to_spot_min_types]
+    else:
+        requirements = claim.requirements
+        kept = _cheaper_options(claim, requirements, below)
+        if capacity_types.has(wk.CAPACITY_TYPE_SPOT) and capacity_types.has(wk.CAPACITY_TYPE_ON_DEMAND):
+            spot = _cheaper_options(claim, spot_only, below)
+            if spot:
+                requirements, kept = spot_only, spot
+            elif kept:
+                requirements = claim.requirements.merged(
+                    Requirements.from_labels({wk.CAPACITY_TYPE: kept[0][2]})
+                )
+                kept = _cheaper_options(claim, requirements, below)
+    if len(removed) == 1 and not options.same_type_replacement:
+        # Beyond Karpenter: the same type and capacity type again is churn for a price wobble.
+        only = removed[0]
+        kept = [k for k in kept if not (k[0].name == only.instance_type and k[2] == only.capacity_type)]
+    if len(removed) > 1:
+        # Karpenter's filterOutSameInstanceType: replacing N nodes by one of a type among them must be
+        # cheaper than the cheapest of them of that type, else deleting the others does it with less churn.
+        ceiling = min(
+            (c.price for c in removed if any(c.instance_type == k[0].name for k in kept)), default=None
+        )
+        if ceiling is not None:
+            kept = [k for k in kept if k[1] < ceiling]
     if not kept:
-        current_text = " + ".join(c.describe() for c in removed)
-        best = f"{best_any[0].name} ${best_any[1]:.4f}/h" if best_any else "none fits"
-        rule = (
-            "equal price allowed to drop DaemonSet overhead"
-            if merges_daemons
-            else f"needs ≥{options.min_savings_percent:g}% saving, a different type or capacity type"
-        )
-        return (
-            None,
-            f"no cheaper replacement: current {current_text}; best replacement {best} ({rule})",
-            event,
-        )
-    names = {it.name for it, _, _ in kept}
-    replacement = NewNodeClaim(
-        nodepool=claim.nodepool,
-        nodeclass=claim.nodeclass,
-        requirements=claim.requirements,
-        labels=dict(claim.labels),
-        taints=claim.taints,
-        daemon_overhead=dict(claim.daemon_overhead),
-        pod_requests=dict(claim.pod_requests),
-        instance_types=[it for it in claim.instance_types if it.name in names],
-        pods=list(claim.pods),
-    )
+        return None, _no_cheaper(removed, claim, options), CANT_REPLACE_CHEAPER
+    replacement = _narrowed(claim, requirements, [k[0].name for k in kept])
     saving = current - kept[0][1]
     return replacement, f"replace with {kept[0][0].name} ${kept[0][1]:.4f}/h, saving ${saving:.4f}/h", ""
 
@@ -265,20 +364,30 @@ def consolidate(
     snapshot: Snapshot, removed: Sequence[Candidate], options: Options, method: str
 ) -> tuple[Command | None, str, str]:
     """The command, or why there is none and Karpenter's Unconsolidatable message for it."""
-    result = simulate(snapshot, removed)
-    if result.unschedulable:
-        why = _describe_unschedulable(result)
+    rescheduling = simulate(snapshot, removed)
+    if not rescheduling.ok:
+        why = _describe_errors(rescheduling.errors)
         return None, why, why  # Karpenter's is its scheduler's errors, as ours
-    if not result.new_nodeclaims:
-        where = ", ".join(sorted(result.existing)) or "nowhere (no pods)"
-        return Command(method, list(removed), detail=f"pods fit on existing capacity: {where}"), "", ""
-    if len(result.new_nodeclaims) > 1:
+    new = rescheduling.new_nodeclaims
+    if not new:
+        placed = {k for c in removed for k in map(podlib.key, c.reschedulable)}
+        where = sorted(n for n, keys in rescheduling.result.existing.items() if placed.intersection(keys))
+        return (
+            Command(
+                method,
+                list(removed),
+                detail=f"pods fit on existing capacity: {', '.join(where) or 'none needed'}",
+            ),
+            "",
+            "",
+        )
+    if len(new) > 1:
         return (
             None,
-            f"its pods would need {len(result.new_nodeclaims)} new nodes",
-            f"Can't remove without creating {len(result.new_nodeclaims)} candidates",
+            f"its pods would need {len(new)} new nodes",
+            f"Can't remove without creating {len(new)} candidates",
         )
-    replacement, why, event = cheaper_replacement(snapshot, removed, result.new_nodeclaims[0], options)
+    replacement, why, event = cheaper_replacement(snapshot, removed, new[0], options)
     if replacement is None:
         return None, why, event
     return Command(method, list(removed), [replacement], detail=why), "", ""
@@ -371,7 +480,7 @@ def drift(
         if reason is None:
             evaluation.note(candidate.name, DRIFT, "not drifted")
             continue
-        blocker = graceful_blocker(candidate, snapshot.pdbs, snapshot.now)
+        blocker = graceful_blocker(candidate, snapshot.pdbs, snapshot.now, eventual=True)
         if blocker is not None:
             evaluation.note(
                 candidate.name, DRIFT, f"drifted ({reason}) but blocked: {blocker.message}", blocker
@@ -385,11 +494,11 @@ def drift(
     if empty:
         return Command(DRIFT, empty, detail="; ".join(f"{c.name}: {reasons[c.name]}" for c in empty))
     for candidate in allowed:
-        result = simulate(snapshot, [candidate])
-        if result.unschedulable:
-            evaluation.note(candidate.name, DRIFT, f"drifted but {_describe_unschedulable(result)}")
+        rescheduling = simulate(snapshot, [candidate])
+        if not rescheduling.ok:
+            evaluation.note(candidate.name, DRIFT, f"drifted but {_describe_errors(rescheduling.errors)}")
             continue
-        return Command(DRIFT, [candidate], list(result.new_nodeclaims), detail=reasons[candidate.name])
+        return Command(DRIFT, [candidate], list(rescheduling.new_nodeclaims), detail=reasons[candidate.name])
     return None
 
 

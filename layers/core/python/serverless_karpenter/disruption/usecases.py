@@ -1,16 +1,25 @@
-"""The disruption pass: gather a snapshot, expire, advance commands under way, then decide a new one.
+"""The disruption loop: gather a snapshot, expire, advance the commands under way, decide a new one.
 
-One invocation does one pass and returns; what must outlive it is on the NodeClaim records:
+Karpenter's disruption controller polls every 10 s and requeues at once after it acts. Here one
+invocation runs passes for ``disruption_loop_seconds`` (the schedule starts one a minute), sleeping
+between passes until the next thing is due: 10 s, a command's validation (15 s after its decision), or
+the moment a node's ``consolidateAfter`` runs out; after a pass that acted, the next follows at once.
+The simulator runs one pass an invocation and honours the same hint (``nextPassSeconds``).
+
+What must outlive an invocation is on the NodeClaim records:
 - ``serverless-karpenter.io/disruption-command`` on each candidate: the command's method, action and
-  stage (``validating`` until re-simulated at least ``validation_delay`` later, then ``replacing``
+  stage (``validating`` until re-simulated ``validation_delay`` after its decision, then ``replacing``
   while its replacements launch and initialize);
 - the NodePool and EC2NodeClass hashes (``karpenter.sh/nodepool-hash``,
   ``karpenter.k8s.aws/ec2nodeclass-hash``), stamped on the record when first seen, for drift;
 - the fingerprint of the node's pods and when it last changed, for consolidateAfter.
 
-Acting reuses the termination path: ``begin_deletion`` marks the record Disrupting and deletes the Node,
-and the Terminator drains it honouring PDBs and do-not-disrupt. A ``replace`` launches its replacement
-first and deletes the old nodes only once the replacement is Initialized.
+Several commands proceed at once, each within its NodePool's budget: candidates in a command are no
+candidates for another, and every simulation counts their pods as needing a place. Drift, an eventual
+method, acts without validation, as Karpenter's. Acting reuses the termination path: ``begin_deletion``
+marks the record Disrupting and deletes the Node, and the Terminator drains it honouring PDBs and
+do-not-disrupt. A ``replace`` launches its replacements first and deletes the old nodes only once they
+are Initialized.
 """
 
 from __future__ import annotations
@@ -20,11 +29,12 @@ import json
 import os
 import secrets
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from serverless_karpenter.adapters.invoker import invoke_provisioner
 from serverless_karpenter.adapters.state_store import ConflictError, Lease
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
 from serverless_karpenter.api.errors import ManifestError
@@ -55,7 +65,10 @@ from serverless_karpenter.termination.handoff import has_disrupted_taint
 from serverless_karpenter.termination.terminator import begin_deletion, set_disrupted_taint
 
 LEASE_NAME = "disruption"
+# Held for the loop and this much more: a pass that overruns the loop still finishes under the lease.
 LEASE_SECONDS = 120.0
+# A pass that acted is followed at once, yet never in a tight loop against the API server.
+MIN_SLEEP_SECONDS = 1.0
 STAGE_VALIDATING = "validating"
 STAGE_REPLACING = "replacing"
 
@@ -69,10 +82,25 @@ class DisruptionRun:
     aborted: list[str] = field(default_factory=list)
     replacements: list[str] = field(default_factory=list)
     untainted: list[str] = field(default_factory=list)  # nodes whose orphaned disrupted taint was removed
+    passes: int = 0
+    # When the next pass is due, in seconds (the loop sleeps that long; the simulator schedules it).
+    next_pass_seconds: float = 10.0
+
+    @property
+    def acted(self) -> bool:
+        return bool(self.expired or self.decided or self.executed or self.aborted or self.replacements)
+
+    def absorb(self, other: DisruptionRun) -> None:
+        for name in ("expired", "decided", "executed", "aborted", "replacements", "untainted"):
+            getattr(self, name).extend(getattr(other, name))
+        self.passes += other.passes
+        self.next_pass_seconds = other.next_pass_seconds
 
     def to_json(self) -> dict[str, Any]:
         return {
             "leader": self.leader,
+            "passes": self.passes,
+            "nextPassSeconds": self.next_pass_seconds,
             "expired": self.expired,
             "decided": self.decided,
             "executed": self.executed,
@@ -89,6 +117,7 @@ def options_from(plane: ControlPlane) -> Options:
         min_node_age=timedelta(seconds=settings.min_node_age_seconds),
         spot_to_spot=settings.spot_to_spot_consolidation,
         same_type_replacement=settings.same_type_replacement,
+        poll_interval=timedelta(seconds=settings.disruption_poll_interval_seconds),
     )
 
 
@@ -150,6 +179,7 @@ def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
         [manifests[n] for n in nodepools], resolved, specs, plane, kube.list_daemonsets(), usage
     )
     pods = [p for p in kube.list_pods(field_selector="spec.nodeName!=") if not podlib.is_terminal(p)]
+    pending = [p for p in kube.list_pending_pods() if podlib.is_provisionable(p)]
     return Snapshot(
         now=now,
         records=records,
@@ -162,6 +192,7 @@ def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
         pdbs=kube.list_pdbs(),
         templates=templates,
         instance_network=_instance_network(plane, records) if network else {},
+        pending=pending,
     )
 
 
@@ -270,14 +301,18 @@ def untaint_orphans(plane: ControlPlane, snapshot: Snapshot) -> list[str]:
     return untainted
 
 
+Wake = Callable[[dict[str, object]], None]
+
+
 def _request_replacements(
-    plane: ControlPlane, snapshot: Snapshot, command: m.Command, command_id: str
+    plane: ControlPlane, snapshot: Snapshot, command: m.Command, command_id: str, wake: Wake
 ) -> list[str]:
-    """Write the replacements' NodeClaim records, Pending; their names.
+    """Write the replacements' NodeClaim records, Pending, and wake the provisioner; their names.
 
     The provisioner's lifecycle reconcile launches them (it launches every Pending record), as it holds
     the launch rights: the disruption role has none (policies.py), so a CreateFleet from here is refused
-    on AWS and every replacing command was abandoned (issue 17).
+    on AWS and every replacing command was abandoned (issue 17). Woken now, it launches them at once
+    rather than at its next scheduled run.
     """
     provisioner = Provisioner(plane)
     names: list[str] = []
@@ -290,6 +325,11 @@ def _request_replacements(
         annotations = {**record.annotations, REPLACEMENT_FOR_ANNOTATION: command_id}
         plane.store.save(record.model_copy(update={"annotations": annotations}))
         names.append(record.name)
+    if names:
+        try:
+            wake({"reason": "disruption-replacements", "nodeclaims": names})
+        except Exception as error:  # the provisioner's schedule launches them within a minute anyway
+            logger.warning("could not wake the provisioner", extra={"error": str(error)})
     return names
 
 
@@ -328,27 +368,32 @@ def expire(plane: ControlPlane, snapshot: Snapshot, pool: Sequence[Candidate], r
         run.expired.append(candidate.name)
 
 
-def advance_commands(plane: ControlPlane, snapshot: Snapshot, options: Options, run: DisruptionRun) -> bool:
-    """Validate or finish the commands under way; True when one is still validating."""
+def _decided_at(command: Mapping[str, Any]) -> datetime:
+    return datetime.fromisoformat(str(command["decided_at"]).replace("Z", "+00:00"))
+
+
+def commands_under_way(snapshot: Snapshot) -> dict[str, tuple[dict[str, Any], list[NodeClaimRecord]]]:
+    """Command id -> (the command, its candidates' records not yet deleting)."""
     groups: dict[str, tuple[dict[str, Any], list[NodeClaimRecord]]] = {}
     for record in snapshot.records:
         command = pending_command(record)
         if command is None or record.is_deleting or record.state == NodeClaimState.TERMINATED:
             continue
         groups.setdefault(str(command.get("id")), (command, []))[1].append(record)
-    validating = False
-    now = snapshot.now
-    for command_id, (command, records) in groups.items():
+    return groups
+
+
+def advance_commands(
+    plane: ControlPlane, snapshot: Snapshot, options: Options, run: DisruptionRun, wake: Wake
+) -> None:
+    """Validate the commands whose validation is due, and finish those whose replacements are up."""
+    for command_id, (command, records) in commands_under_way(snapshot).items():
         stage = command.get("stage", STAGE_VALIDATING)
         if stage == STAGE_VALIDATING:
-            decided_at = datetime.fromisoformat(str(command["decided_at"]))
-            if now - decided_at < options.validation_delay:
-                validating = True
-                continue
-            validate(plane, snapshot, options, command_id, command, records, run)
+            if snapshot.now - _decided_at(command) >= options.validation_delay:
+                validate(plane, snapshot, options, command_id, command, records, run, wake)
         elif stage == STAGE_REPLACING:
             finish_replacement(plane, snapshot, options, command_id, command, records, run)
-    return validating
 
 
 def validate(
@@ -359,8 +404,13 @@ def validate(
     command: dict[str, Any],
     records: list[NodeClaimRecord],
     run: DisruptionRun,
+    wake: Wake,
 ) -> None:
-    """Re-simulate with the command's nodes as the only candidates; act when the decision holds."""
+    """Re-simulate with the command's nodes as the only candidates; act when the decision holds.
+
+    As Karpenter's validators: emptiness deletes those of its nodes still empty and within budget;
+    consolidation needs every node still a candidate and the same decision, else it is abandoned.
+    """
     names = {r.name for r in records}
     # Other commands keep their nodes; this one's nodes are candidates again.
     view = dataclasses.replace(
@@ -379,12 +429,16 @@ def validate(
     evaluation = m.evaluate(view, pool, options, methods=(str(command["method"]),))
     fresh = evaluation.command
     expected_names = sorted(command.get("candidates") or [])
-    if (
-        fresh is None
-        or fresh.names() != expected_names
-        or fresh.action != command.get("action")
-        or len(pool) != len(names)
-    ):
+    if command["method"] == m.EMPTINESS:
+        holds = fresh is not None and set(fresh.names()) <= set(expected_names)
+    else:
+        holds = (
+            fresh is not None
+            and fresh.names() == expected_names
+            and fresh.action == command.get("action")
+            and len(pool) == len(names)
+        )
+    if fresh is None or not holds:
         why = (
             "; ".join(f"{n}: {t}" for n, notes in evaluation.notes.items() for _, t in notes)
             or "candidates changed"
@@ -397,18 +451,35 @@ def validate(
         _abandon(plane, records)
         run.aborted.append(f"{command['method']}: {', '.join(expected_names)}")
         return
-    if fresh.action == "delete":
-        _log_decision(fresh, "executing")
-        _delete(plane, fresh, [c.record for c in pool])
-        run.executed.append(f"{fresh.method}: delete {', '.join(fresh.names())}")
+    dropped = [r for r in records if r.name not in set(fresh.names())]
+    if dropped:
+        _abandon(plane, dropped)
+    execute(plane, view, fresh, command_id, command, run, wake)
+
+
+def execute(
+    plane: ControlPlane,
+    snapshot: Snapshot,
+    command: m.Command,
+    command_id: str,
+    marker: dict[str, Any],
+    run: DisruptionRun,
+    wake: Wake,
+) -> None:
+    """Delete the candidates, or launch the replacements first (Karpenter's queue.StartCommand)."""
+    if command.action == "delete":
+        _log_decision(command, "executing")
+        _delete(plane, command, [c.record for c in command.candidates])
+        run.executed.append(f"{command.method}: delete {', '.join(command.names())}")
         return
-    _log_decision(fresh, "launching replacements")
-    launched = _request_replacements(plane, view, fresh, command_id)
+    _log_decision(command, "launching replacements")
+    names = set(command.names())
+    launched = _request_replacements(plane, snapshot, command, command_id, wake)
     fresh_records = _records_by_name(plane)
     current = [fresh_records[n] for n in names if n in fresh_records]
-    if len(launched) != len(fresh.replacements):
+    if len(launched) != len(command.replacements):
         _abandon(plane, current)
-        run.aborted.append(f"{fresh.method}: replacement launch failed for {', '.join(fresh.names())}")
+        run.aborted.append(f"{command.method}: replacement launch failed for {', '.join(command.names())}")
         return
     # As Karpenter does, nothing new lands on the candidates while their replacements come up. Tainted
     # once the replacements are in flight, so the provisioner, which takes the pods of tainted nodes
@@ -418,7 +489,7 @@ def validate(
         plane,
         current,
         {
-            **command,
+            **marker,
             "stage": STAGE_REPLACING,
             "replacements": launched,
             "replacing_since": to_rfc3339(snapshot.now),
@@ -501,8 +572,15 @@ def record_blocked(
 
 
 def decide(
-    plane: ControlPlane, snapshot: Snapshot, options: Options, pool: Sequence[Candidate], run: DisruptionRun
+    plane: ControlPlane,
+    snapshot: Snapshot,
+    options: Options,
+    pool: Sequence[Candidate],
+    run: DisruptionRun,
+    wake: Wake,
 ) -> None:
+    """Decide one command. Consolidation and emptiness wait out their validation on a later pass;
+    drift acts at once (Karpenter validates only consolidation and emptiness)."""
     evaluation = m.evaluate(snapshot, pool, options)
     for kind, count in Counter(b.kind for b in evaluation.blockers.values()).items():
         emit_dimensioned(MetricName.DISRUPTION_BLOCKED, count, {"Reason": kind})
@@ -520,38 +598,79 @@ def decide(
         "stage": STAGE_VALIDATING,
         "detail": command.detail,
     }
-    if _mark(plane, [c.record for c in command.candidates], marker):
-        _log_decision(command, STAGE_VALIDATING)
-        run.decided.append(f"{command.method}: {command.action} {', '.join(command.names())}")
+    if not _mark(plane, [c.record for c in command.candidates], marker):
+        return  # a record moved on since the snapshot; the next pass decides on the new state
+    _log_decision(command, STAGE_VALIDATING if command.method != m.DRIFT else "executing")
+    run.decided.append(f"{command.method}: {command.action} {', '.join(command.names())}")
+    if command.method == m.DRIFT:
+        marked = _records_by_name(plane)
+        command.candidates = [
+            dataclasses.replace(c, record=marked.get(c.name, c.record)) for c in command.candidates
+        ]
+        execute(plane, snapshot, command, command_id, marker, run, wake)
 
 
-def run_disruption_pass(plane: ControlPlane, options: Options | None = None) -> DisruptionRun:
-    """One pass: stamp, expire, advance commands under way, then decide at most one new command."""
+def _next_pass(snapshot: Snapshot, pool: Sequence[Candidate], options: Options, run: DisruptionRun) -> float:
+    """Seconds until the next pass: at once after acting (Karpenter requeues immediately), else the
+    poll interval, or sooner when a command's validation or a node's consolidateAfter falls due."""
+    if run.acted:
+        return 0.0
+    due = [options.poll_interval]
+    for command, _ in commands_under_way(snapshot).values():
+        if command.get("stage", STAGE_VALIDATING) == STAGE_VALIDATING:
+            due.append(_decided_at(command) + options.validation_delay - snapshot.now)
+    for candidate in pool:
+        after = candidate.nodepool.consolidate_after_timedelta()
+        if after is not None and candidate.last_pod_event + after > snapshot.now:
+            due.append(candidate.last_pod_event + after - snapshot.now)
+    return max(0.0, min(due).total_seconds())
+
+
+def run_disruption_pass(
+    plane: ControlPlane, options: Options | None = None, wake: Wake | None = None
+) -> DisruptionRun:
+    """One pass: stamp, expire, advance the commands under way, then decide at most one new command."""
     options = options or options_from(plane)
-    run = DisruptionRun()
+    wake = wake or (lambda payload: invoke_provisioner(plane, payload))
+    run = DisruptionRun(passes=1)
     snapshot = take_snapshot(plane)
     stamp_records(plane, snapshot)
     run.untainted = untaint_orphans(plane, snapshot)
     pool, _ = candidates(snapshot)
     expire(plane, snapshot, pool, run)
-    if run.expired:
-        return run  # the cluster just changed under us; decide on a fresh snapshot next pass
-    if advance_commands(plane, snapshot, options, run):
-        return run  # one command validates at a time, as Karpenter's orchestration does
-    if run.executed or run.aborted or run.replacements:
-        # Commands moved on: decide on what the cluster looks like now.
-        snapshot = take_snapshot(plane)
-        pool, _ = candidates(snapshot)
-    decide(plane, snapshot, options, pool, run)
+    if not run.expired:
+        advance_commands(plane, snapshot, options, run, wake)
+        if run.executed or run.aborted or run.replacements:
+            # Commands moved on: decide on what the cluster looks like now.
+            snapshot = take_snapshot(plane)
+            pool, _ = candidates(snapshot)
+        decide(plane, snapshot, options, pool, run, wake)
+    # else the cluster just changed under us: decide on a fresh snapshot, at once.
+    run.next_pass_seconds = _next_pass(snapshot, pool, options, run)
     return run
 
 
-def run_disruption(plane: ControlPlane, lease: Lease) -> DisruptionRun:
-    if not lease.acquire(plane.clock.now(), LEASE_SECONDS):
+def run_disruption(
+    plane: ControlPlane, lease: Lease, loop_seconds: float | None = None, wake: Wake | None = None
+) -> DisruptionRun:
+    """Passes for ``loop_seconds`` (the setting by default; 0: one pass), under the lease."""
+    clock = plane.clock
+    seconds = plane.settings.disruption_loop_seconds if loop_seconds is None else loop_seconds
+    if not lease.acquire(clock.now(), seconds + LEASE_SECONDS):
         logger.info("another disruption pass holds the lease; exiting", extra={"holder": lease.holder})
         return DisruptionRun(leader=False)
+    deadline = clock.now() + timedelta(seconds=seconds)
+    total = DisruptionRun(passes=0)
     try:
-        return run_disruption_pass(plane)
+        while True:
+            total.absorb(run_disruption_pass(plane, wake=wake))
+            wait = timedelta(seconds=max(total.next_pass_seconds, MIN_SLEEP_SECONDS))
+            if clock.now() + wait > deadline:
+                return total
+            clock.sleep(wait.total_seconds())
+            if not lease.acquire(clock.now(), seconds + LEASE_SECONDS):
+                logger.warning("lost the disruption lease; stopping")
+                return total
     finally:
         lease.release()
 
@@ -565,3 +684,31 @@ def disruption_lease(plane: ControlPlane, request_id: str) -> Lease:
         LEASE_NAME,
         holder=f"{os.environ.get('AWS_LAMBDA_LOG_STREAM_NAME', 'local')}/{request_id}",
     )
+
+
+def disruption_outstanding(plane: ControlPlane, options: Options | None = None) -> str | None:
+    """What disruption still has to do, read-only, or None when nothing: a command under way, an
+    expired node, a node waiting out its consolidateAfter, or a command a pass would decide now
+    (``simulate``'s "settled" needs None)."""
+    options = options or options_from(plane)
+    snapshot = take_snapshot(plane, network=False)
+    under_way = commands_under_way(snapshot)
+    if under_way:
+        marker, records = next(iter(under_way.values()))
+        return f"{marker.get('method')} command under way for {', '.join(sorted(r.name for r in records))}"
+    pool, _ = candidates(snapshot)
+    for candidate in pool:
+        if expired(candidate.record, candidate.nodepool, snapshot.now) is not None:
+            return f"{candidate.name} has expired"
+    evaluation = m.evaluate(snapshot, pool, options)
+    decided = evaluation.command
+    if decided is not None:
+        return f"{decided.method} would {decided.action} {', '.join(decided.names())}"
+    waiting = sorted(
+        name
+        for name, blocker in evaluation.blockers.items()
+        if blocker.kind == "ConsolidateAfter" and "Never" not in blocker.message
+    )
+    if waiting:
+        return f"consolidateAfter has not elapsed for {', '.join(waiting)}"
+    return None
