@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks import soak, solver
+from benchmarks import consolidation, soak, solver
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,6 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True)
     solver.register(subparsers)
     soak.register(subparsers)
+    consolidation.register(subparsers)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

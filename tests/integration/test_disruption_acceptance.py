@@ -150,3 +150,45 @@ def test_empty_nodes_go_within_ninety_seconds_of_a_scale_down() -> None:
             for name in empty - present:
                 gone_at.setdefault(name, sim.elapsed - scaled_at)
         assert set(gone_at) == empty, f"still there 90 s on: {sorted(empty - set(gone_at))}"
+
+
+def _two_m5_large(loaded: Scenario) -> None:
+    """a and b land on an m5.large each; only m5.large and m5.xlarge (twice the price) are allowed, and a
+    DaemonSet runs on every node, so one m5.xlarge would hold both at the same price, minus one
+    DaemonSet's overhead."""
+    spec = pool_of(loaded)["spec"]["template"]["spec"]
+    spec["requirements"] = [
+        r for r in spec["requirements"] if not r["key"].startswith("karpenter.k8s.aws/instance-")
+    ] + [{"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["m5.large", "m5.xlarge"]}]
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {
+                    "containers": [
+                        {"name": "agent", "image": "pause", "resources": {"requests": {"cpu": "200m"}}}
+                    ]
+                },
+            },
+        },
+    }
+    loaded.manifests.insert(2, daemonset)
+    for manifest in [*loaded.manifests, *(m for s in loaded.steps for m in s.apply or [])]:
+        if manifest["kind"] == "Deployment":
+            manifest["spec"]["replicas"] = 1
+            manifest["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    loaded.steps = [s for s in loaded.steps if s.kind != "scale"]
+
+
+def test_no_consolidation_at_equal_price_the_two_m5_large_stay() -> None:
+    with running(scenario("consolidation-merge", _two_m5_large), tick_seconds=10) as (sim, watch):
+        for step in sim.scenario.steps:
+            sim.run_step(step)
+        sim.run_for(5 * 60)
+        nodes = sorted((r.name, r.instance_type) for r in active(sim))
+        assert [t for _, t in nodes] == ["m5.large", "m5.large"], nodes
+        assert not watch.disrupting_at and not watch.replacements()

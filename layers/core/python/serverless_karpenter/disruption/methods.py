@@ -30,11 +30,10 @@ from serverless_karpenter.disruption.candidates import (
     Snapshot,
     consolidation_blocker,
     graceful_blocker,
-    in_command,
     no_controller_blocker,
     pending_command,
 )
-from serverless_karpenter.lifecycle.model import NodeClaimState
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.provisioning.provisioner import existing_capacity
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling.requirements import Requirements
@@ -135,14 +134,23 @@ def _commands_under_way(snapshot: Snapshot) -> set[str]:
     }
 
 
+def _executing(record: NodeClaimRecord) -> bool:
+    """In a command past its validation: tainted while its replacements launch (Karpenter's
+    MarkedForDeletion). A command still validating holds no budget, as in Karpenter; its validation
+    checks the budget again, so commands validating side by side cannot together exceed it."""
+    command = pending_command(record)
+    return command is not None and command.get("stage") == "replacing" and not record.is_deleting
+
+
 def budget_for(snapshot: Snapshot, nodepool: str, reason: str) -> BudgetVerdict:
     """Karpenter's BuildDisruptionBudgetMapping for one NodePool and reason.
 
     The total is the NodePool's initialized nodes whose instance is not yet terminating (a launched or
     registered node takes no pods, so it must not raise a percentage). Nodes NotReady, deleting or in a
-    command count against the budget. Beyond Karpenter, the initialized replacements of a command still
-    under way are left out of the total: counted, a 10-node NodePool with two replacements up would be
-    12 nodes and a 20% budget would allow a third disruption while the first two are not yet gone.
+    command past its validation count against the budget. Beyond Karpenter, the initialized
+    replacements of a command still under way are left out of the total: counted, a 10-node NodePool
+    with two replacements up would be 12 nodes and a 20% budget would allow a third disruption while the
+    first two are not yet gone.
     """
     under_way = _commands_under_way(snapshot)
     counted = [
@@ -154,7 +162,7 @@ def budget_for(snapshot: Snapshot, nodepool: str, reason: str) -> BudgetVerdict:
         and r.annotations.get(REPLACEMENT_FOR_ANNOTATION) not in under_way
     ]
     disrupting = sum(
-        1 for r in counted if r.is_deleting or in_command(r) or not _node_ready(snapshot.node(r.node_name))
+        1 for r in counted if r.is_deleting or _executing(r) or not _node_ready(snapshot.node(r.node_name))
     )
     model = snapshot.nodepools[nodepool]
     return allowed_disruptions(model.spec.disruption.budgets, reason, len(counted), disrupting, snapshot.now)
