@@ -13,12 +13,10 @@ from serverless_karpenter.interruption.rules import MessageKind
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
-from serverless_karpenter.termination.terminator import begin_deletion, close
+from serverless_karpenter.termination.terminator import GONE_STATES, STOPPING_STATES, begin_deletion, close
 from serverless_karpenter.termination.usecases import queue_termination_pass
 
 SPOT_WARNING = timedelta(minutes=2)
-STOPPING_STATES = frozenset({"stopping", "stopped"})
-GONE_STATES = frozenset({"shutting-down", "terminated"})
 DRAIN_STATES = STOPPING_STATES | GONE_STATES
 
 
