@@ -3,6 +3,7 @@ one of three spot nodes, followed tick by tick until that node is drained and it
 
 from __future__ import annotations
 
+import copy
 import io
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,10 +13,28 @@ from serverless_karpenter import crashpoints
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import NodeClaimRecord
 from serverless_karpenter.scheduling import pods as podlib
-from serverless_karpenter_sim.scenario import load_scenario
+from serverless_karpenter_sim.scenario import Scenario, load_scenario
 from serverless_karpenter_sim.simulation import Simulation
 
 from tests.integration.disruption_helpers import running_pods
+
+
+def packed_web_scenario(replicas: int, cpu: str) -> Scenario:
+    """The ``spot-interruption`` scenario with no steps, its Deployment of ``replicas`` pods of ``cpu``
+    each (several to a node when small) keeping the default 30 s grace period, under a PDB of
+    ``maxUnavailable: 1``: a drain of a node holding several of them must go one pod at a time, each
+    next eviction waiting for the last one's replacement to be Ready."""
+    scenario = load_scenario("spot-interruption")
+    manifests = copy.deepcopy(scenario.manifests)
+    for manifest in manifests:
+        if manifest["kind"] == "Deployment":
+            manifest["spec"]["replicas"] = replicas
+            pod_spec = manifest["spec"]["template"]["spec"]
+            pod_spec.pop("terminationGracePeriodSeconds", None)
+            pod_spec["containers"][0]["resources"]["requests"]["cpu"] = cpu
+        if manifest["kind"] == "PodDisruptionBudget":
+            manifest["spec"] = {"maxUnavailable": 1, "selector": manifest["spec"]["selector"]}
+    return scenario.model_copy(update={"steps": [], "manifests": manifests})
 
 
 @contextmanager

@@ -190,3 +190,60 @@ def test_duplicates_malformed_and_transient_failures(sim: Simulation) -> None:
         if wk.TERMINATION_FINALIZER in (n["metadata"].get("finalizers") or [])
         and n["metadata"].get("deletionTimestamp")
     ]
+
+
+def health_event(sim: Simulation, instance_id: str, service: str, category: str) -> str:
+    return json.dumps(
+        {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": "AWS Health Event",
+            "source": "aws.health",
+            "account": "123456789012",
+            "time": to_rfc3339(sim.clock.now()),
+            "region": "us-east-1",
+            "resources": [instance_id],
+            "detail": {
+                "eventArn": "arn:aws:health:us-east-1::event/EC2/x",
+                "service": service,
+                "eventTypeCode": "AWS_EC2_OPERATIONAL_ISSUE",
+                "eventTypeCategory": category,
+                "startTime": "Sat, 05 Jun 2016 15:10:09 GMT",
+                "affectedEntities": [{"entityValue": instance_id}],
+            },
+        }
+    )
+
+
+def test_health_events_the_rule_would_not_route_are_parked_not_acted_on(sim: Simulation) -> None:
+    """An AWS Health event that is not an EC2 scheduled change, sent to the queue past the rule (by hand,
+    or replayed), names one of our instances: it goes to the DLQ with its reason, and the node stays."""
+    first, second, _ = claims(sim)
+    assert first.instance_id and first.node_name and second.instance_id and second.node_name
+    sim.send_raw(health_event(sim, first.instance_id, "EC2", "issue"))
+    sim.send_raw(health_event(sim, second.instance_id, "RDS", "scheduledChange"))
+    sim.run_for(10)
+
+    # Read before the DLQ is received from below, which hides its messages from the invariants.
+    report = sim.check_invariants()
+    assert report.ok, report.violations()
+    assert report.messages_received == report.messages_parked == 2 and report.lost_messages == []
+    assert sim.lambdas.errors.get("interruption", 0) == 0
+    dlq = sim.sqs.receive_message(
+        QueueUrl=sim.resources.dlq_url if sim.resources else "",
+        MessageAttributeNames=["All"],
+        MaxNumberOfMessages=10,
+    )["Messages"]
+    reasons = sorted(m["MessageAttributes"]["reason"]["StringValue"] for m in dlq)
+    assert len(reasons) == 2
+    assert reasons[0].startswith(
+        "AWS Health Event: detail.eventTypeCategory is 'issue', not 'scheduledChange'"
+    )
+    assert reasons[1].startswith("AWS Health Event: detail.service is 'RDS', not 'EC2'")
+    assert all("ScheduledChange rule" in r for r in reasons)
+    for claim in (first, second):
+        record = sim.plane.store.get(claim.name)
+        assert record is not None and record.state == NodeClaimState.INITIALIZED
+        node = sim.kube.get_node(claim.node_name or "")
+        assert node is not None and not node["metadata"].get("deletionTimestamp")
+        assert not any(t.get("key") == wk.DISRUPTED_TAINT_KEY for t in node["spec"].get("taints") or [])

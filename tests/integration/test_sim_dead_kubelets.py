@@ -65,6 +65,28 @@ def test_a_stopped_instance_leaves_its_node_unknown_after_the_grace_period(sim: 
     assert not {k for k, _ in taints(node)} & {UNREACHABLE, "node.cloudprovider.kubernetes.io/shutdown"}
 
 
+def pod_condition(pod: Obj, kind: str) -> str | None:
+    return next((c["status"] for c in pod["status"].get("conditions") or [] if c["type"] == kind), None)
+
+
+def test_the_pods_of_an_unknown_node_are_not_ready_until_its_kubelet_is_back(sim: Sim) -> None:
+    # As upstream's MarkPodsNotReady: a PDB no longer counts them healthy, and the eviction API treats
+    # them as unhealthy pods.
+    instance_id, name = started_web_on_one_node(sim)
+    sim.instances.set_state(instance_id, "stopped")
+    sim.tick(49)
+    assert [pod_condition(p, "Ready") for p in sim.pods("app=web")] == ["True", "True"]
+    sim.tick(6)
+    assert ready(sim.node(name)) == "Unknown"
+    pods = sim.pods("app=web")
+    assert [pod_condition(p, "Ready") for p in pods] == ["False", "False"]
+    assert [pod_condition(p, "ContainersReady") for p in pods] == ["True", "True"]  # Ready alone, as upstream
+    assert all(p["status"]["phase"] == "Running" for p in pods)
+    sim.instances.set_state(instance_id, "running")
+    sim.tick(2)
+    assert [pod_condition(p, "Ready") for p in sim.pods("app=web")] == ["True", "True"]
+
+
 def test_the_unreachable_taint_evicts_pods_when_their_toleration_seconds_run_out(sim: Sim) -> None:
     short = [{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 20}]
     instance_id, name = started_web_on_one_node(sim, replicas=1, tolerations=short)

@@ -10,14 +10,16 @@ from typing import Any, cast
 
 import pytest
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.clock import ManualClock
+from serverless_karpenter.clock import ManualClock, to_rfc3339
 from serverless_karpenter.config import Settings
-from serverless_karpenter.interruption.actions import SPOT_WARNING, Action, handle
+from serverless_karpenter.interruption.actions import SPOT_WARNING, Action, handle, spot_deadline
 from serverless_karpenter.interruption.messages import parse_message
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.termination.terminator import REPLACE_FIRST_UNTIL
+
+from tests.unit import test_termination_drain as drain
 
 SAMPLES = Path(__file__).parent.parent / "data" / "events"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -183,7 +185,8 @@ def test_cordon_and_drain_samples_taint_and_delete_the_node(name: str, reason: s
     assert w.launcher.terminated == []  # terminated only after the drain
     if name.startswith("spot"):
         assert w.offerings.marked == [("spot", "m5.large", "us-east-1a")]
-        assert record.drain_deadline == message.time + SPOT_WARNING  # the instance's termination time
+        # The sample's time is years before NOW: its two minutes count from receipt (see below).
+        assert record.drain_deadline == NOW + SPOT_WARNING
     else:
         assert w.offerings.marked == []
 
@@ -282,7 +285,7 @@ def test_a_repeated_warning_does_not_restart_the_drain_but_tightens_its_deadline
     handle(w.plane, message)
     record = w.store.records["default-abcde"]
     assert record.state == NodeClaimState.DRAINING and record.disruption_reason == "Underutilized"
-    assert record.drain_deadline == message.time + SPOT_WARNING
+    assert record.drain_deadline == NOW + SPOT_WARNING
     # The node was already going: the warning is told, but the deletion was not its doing.
     assert w.kube.events == [(NODE, "SpotInterrupted")]
 
@@ -296,3 +299,54 @@ def test_a_warning_for_a_node_already_being_deleted_records_the_kind_only() -> N
     assert w.kube.recorded == [
         ("InstanceUnhealthy", "An unhealthy warning was triggered for the instance", "Warning")
     ]
+
+
+def spot_warning(sent_at: datetime, instance_id: str = "i-0123456789") -> Any:
+    body = json.loads((SAMPLES / "spot-interruption-warning.json").read_text())
+    body["time"] = to_rfc3339(sent_at)
+    body["detail"]["instance-id"] = instance_id
+    return parse_message(json.dumps(body))
+
+
+@pytest.mark.parametrize(
+    ("sent_at", "deadline"),
+    [
+        # Replayed, or redriven from a DLQ, an hour on: two minutes from receipt, not already past.
+        (NOW - timedelta(hours=1), NOW + SPOT_WARNING),
+        # Delivered a few seconds after it was sent, as usual: still two minutes from receipt.
+        (NOW - timedelta(seconds=5), NOW + SPOT_WARNING),
+        # Stamped ahead of our clock: never earlier than its own time's two minutes.
+        (NOW + timedelta(seconds=3), NOW + timedelta(seconds=3) + SPOT_WARNING),
+    ],
+    ids=["replayed-an-hour-on", "delivered-5s-late", "stamped-ahead-of-our-clock"],
+)
+def test_a_spot_warnings_two_minutes_count_from_its_receipt(sent_at: datetime, deadline: datetime) -> None:
+    assert spot_deadline(sent_at, NOW) == deadline
+    w = world("i-0123456789")
+    assert handle(w.plane, spot_warning(sent_at)).actions == {"i-0123456789": Action.CORDON_AND_DRAIN}
+    assert w.store.records["default-abcde"].drain_deadline == deadline
+
+
+def test_a_replayed_spot_warning_evicts_first_and_forces_no_pod_before_receipt_plus_its_grace() -> None:
+    """An hour-old warning, through the terminator: the pods are evicted through their (refusing) PDB,
+    and each is deleted past it only at the deadline minus its own grace period, given all of it."""
+    w = drain.world(drain.pod("app", grace=30), drain.pod("db", grace=60))
+    # Not being deleted yet: the warning starts it.
+    w.store.records["victim"] = w.record().model_copy(
+        update={"state": NodeClaimState.INITIALIZED, "disruption_reason": None, "deletion_requested_at": None}
+    )
+    del w.cluster.nodes[drain.NODE]["metadata"]["deletionTimestamp"]
+    w.cluster.refuse.update({"app", "db"})  # their PDB allows no disruption
+    received = w.clock.now()
+    handle(w.plane, spot_warning(received - timedelta(hours=1), "i-victim"))
+    assert w.record().drain_deadline == received + SPOT_WARNING
+
+    forced: dict[str, tuple[timedelta, int | None]] = {}  # pod -> (when after receipt, grace granted)
+    while w.clock.now() <= received + SPOT_WARNING:
+        w.terminator().reconcile()
+        for name, grace in w.cluster.deletions:
+            forced.setdefault(name, (w.clock.now() - received, grace))
+        w.clock.advance(1)
+    assert w.cluster.eviction_attempts[:2] == ["app", "db"]  # evicted first, as the PDB allows
+    assert forced == {"db": (timedelta(seconds=60), 60), "app": (timedelta(seconds=90), 30)}
+    assert all(after >= timedelta(seconds=grace or 0) for after, grace in forced.values())

@@ -87,3 +87,42 @@ def test_an_unknown_kind_parses_and_has_no_kind() -> None:
         }
     )
     assert parse_message(body).kind is None
+
+
+def health_event(**detail: object) -> str:
+    body = json.loads((SAMPLES / "aws-health-scheduled-change.json").read_text())
+    body["detail"].update(detail)
+    body["detail"] = {k: v for k, v in body["detail"].items() if v is not None}
+    return json.dumps(body)
+
+
+@pytest.mark.parametrize(
+    ("detail", "reason"),
+    [
+        # Another service's scheduled change: an RDS maintenance names no instance of ours to drain.
+        ({"service": "RDS"}, "detail.service is 'RDS', not 'EC2'"),
+        ({"service": None}, "detail.service is missing, not 'EC2'"),
+        # EC2, but not a scheduled change: an issue or an account notification drains nothing.
+        ({"eventTypeCategory": "issue"}, "detail.eventTypeCategory is 'issue', not 'scheduledChange'"),
+        (
+            {"eventTypeCategory": "accountNotification"},
+            "detail.eventTypeCategory is 'accountNotification', not 'scheduledChange'",
+        ),
+        ({"eventTypeCategory": None}, "detail.eventTypeCategory is missing, not 'scheduledChange'"),
+    ],
+    ids=["rds", "no-service", "issue", "account-notification", "no-category"],
+)
+def test_health_events_other_than_ec2_scheduled_changes_are_refused_naming_field_and_rule(
+    detail: dict[str, object], reason: str
+) -> None:
+    """As the ScheduledChange rule's pattern and Karpenter's scheduledchange parser: whatever reaches the
+    queue by another way is refused, with a reason for the DLQ, not acted on."""
+    with pytest.raises(MalformedMessage) as refused:
+        parse_message(health_event(**detail))
+    assert reason in str(refused.value)
+    assert "ScheduledChange rule" in str(refused.value)
+
+
+def test_an_ec2_scheduled_change_is_accepted() -> None:
+    message = parse_message(health_event(service="EC2", eventTypeCategory="scheduledChange"))
+    assert message.kind == MessageKind.SCHEDULED_CHANGE and message.instance_ids() == ["i-12345678"]

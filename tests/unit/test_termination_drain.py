@@ -324,6 +324,49 @@ def test_an_instance_gone_mid_drain_releases_the_node_at_once() -> None:
     assert w.record().state == NodeClaimState.TERMINATED
 
 
+def set_ready(w: World, status: str) -> None:
+    w.cluster.nodes[NODE]["status"] = {"conditions": [{"type": "Ready", "status": status}]}
+
+
+@pytest.mark.parametrize("state", ["stopping", "stopped"])
+@pytest.mark.parametrize("ready", ["Unknown", "False"])
+def test_a_stopped_instance_under_a_not_ready_node_is_terminated_without_a_drain(
+    state: str, ready: str
+) -> None:
+    # The pods' PDB refuses, and would go on refusing: they are not Ready, counted short.
+    w = world(pod("app"), pod("db", annotations={wk.DO_NOT_DISRUPT: "true"}))
+    w.cluster.refuse.update({"app", "db"})
+    w.launcher.instances["i-victim"] = FakeInstance(state)
+    set_ready(w, ready)
+    [progress] = w.terminator().reconcile()
+    assert w.cluster.eviction_attempts == [] and w.cluster.deletions == []  # nothing to drain gracefully
+    assert progress.terminated_instance and w.launcher.instances["i-victim"].state == "terminated"
+    assert w.record().state == NodeClaimState.TERMINATING
+    assert NODE in w.cluster.nodes  # released once EC2 reports the instance going, as any other
+    w.clock.advance(5)
+    [progress] = w.terminator().reconcile()
+    assert progress.finished and NODE not in w.cluster.nodes
+    assert w.record().state == NodeClaimState.TERMINATED
+
+
+def test_a_stopped_instance_whose_node_still_reads_ready_is_drained_as_any_other() -> None:
+    # Kubernetes has not noticed the silence yet: the pods count in their budget, so they are evicted.
+    w = world(pod("app"))
+    w.launcher.instances["i-victim"] = FakeInstance("stopped")
+    set_ready(w, "True")
+    [progress] = w.terminator().reconcile()
+    assert progress.evicted == ["default/app"] and not progress.terminated_instance
+    assert w.launcher.instances["i-victim"].state == "stopped"
+
+
+def test_a_running_instance_under_a_not_ready_node_is_drained_as_any_other() -> None:
+    # A network partition, say: the kubelet may be alive; nothing says the pods are gone.
+    w = world(pod("app"))
+    set_ready(w, "Unknown")
+    [progress] = w.terminator().reconcile()
+    assert progress.evicted == ["default/app"] and not progress.terminated_instance
+
+
 def replacement(state: NodeClaimState, pods: list[str]) -> NodeClaimRecord:
     return NodeClaimRecord(
         name="replacement", nodepool="default", nodeclass="default", state=state, pods=pods, created_at=NOW

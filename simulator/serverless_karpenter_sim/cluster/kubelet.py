@@ -51,6 +51,7 @@ from serverless_karpenter_sim.cluster.objects import (
     pod_phase,
     pods_path,
     uid_of,
+    with_condition,
 )
 
 # A pod with this annotation "exits 0" after running that many seconds (the Job controller sets it when it
@@ -286,6 +287,7 @@ class KubeletReport:
     completed_pods: list[str] = field(default_factory=list)
     finished_pods: list[str] = field(default_factory=list)
     collected_pods: list[str] = field(default_factory=list)
+    restored_pods: list[str] = field(default_factory=list)  # Ready again after their node's silence
     node_lifecycle: NodeLifecycleReport = field(default_factory=NodeLifecycleReport)
 
     @property
@@ -585,8 +587,25 @@ class KubeletFleet:
                     report.started_pods.append(key_of(pod))
             elif phase == "Running" and self._run_is_over(pod, now) and self._complete(pod, now):
                 report.completed_pods.append(key_of(pod))
+            elif (
+                phase == "Running"
+                and (condition(pod, "Ready") or {}).get("status") == "False"
+                and self._set_pod_ready(pod, now)
+            ):
+                # Back from a silence in which the node lifecycle controller marked it not Ready: the
+                # kubelet's status manager posts its own view again (its containers run; no probes here).
+                report.restored_pods.append(key_of(pod))
         self._bound_seen = {u: t for u, t in self._bound_seen.items() if u in seen_bound}
         self._deleting_seen = seen_deleting
+
+    def _set_pod_ready(self, pod: Obj, now: datetime) -> bool:
+        ready = condition(pod, "Ready") or {"type": "Ready"}
+        conditions = with_condition(
+            (pod.get("status") or {}).get("conditions") or [],
+            {**ready, "status": "True", "lastTransitionTime": to_rfc3339(now)},
+        )
+        path = pod_path(namespace_of(pod), name_of(pod), "status")
+        return self._rest.patch(path, {"status": {"conditions": conditions}}) is not None
 
     def _force_delete(self, pod: Obj) -> bool:
         return self._rest.delete(

@@ -5,6 +5,11 @@ Every ``NODE_MONITOR_PERIOD`` this controller:
 
 - marks a Node whose kubelet has not reported for ``grace_period`` as Ready=Unknown ("Kubelet stopped
   posting node status."), every condition with it;
+- marks the pods of an Unknown Node Ready=False, as upstream's ``MarkPodsNotReady``: nothing vouches for
+  them any more, so a PodDisruptionBudget no longer counts them healthy (and the eviction API treats them
+  as unhealthy pods). Upstream does this for any Node not Ready; here a Node is Ready=False only while
+  its live kubelet brings it up, and that kubelet would post its pods' readiness straight back, so only
+  Unknown Nodes' pods are marked. A kubelet that comes back posts Ready=True again (see ``kubelet``);
 - keeps the condition taints in step with the conditions (TaintNodesByCondition): ``not-ready:NoSchedule``
   while Ready=False, ``unreachable:NoSchedule`` while Unknown, the pressure taints, ``unschedulable``;
   and the NoExecute ``not-ready`` / ``unreachable`` taints, stamped with ``timeAdded``;
@@ -40,6 +45,7 @@ from serverless_karpenter_sim.cluster.objects import (
     pod_path,
     toleration_tolerates,
     uid_of,
+    with_condition,
 )
 
 NODE_MONITOR_GRACE_PERIOD = timedelta(seconds=50)
@@ -70,6 +76,7 @@ class KubeletState:
 @dataclass
 class NodeLifecycleReport:
     unknown_nodes: list[str] = field(default_factory=list)
+    not_ready_pods: list[str] = field(default_factory=list)
     tainted_nodes: list[str] = field(default_factory=list)
     evicted_pods: list[str] = field(default_factory=list)
     deleted_nodes: list[str] = field(default_factory=list)
@@ -144,8 +151,41 @@ class NodeLifecycleController:
             fresh = self._reconcile(node, kubelets.get(name_of(node)), check_health, now, report)
             if fresh is not None:
                 current[name_of(fresh)] = fresh
+        pods = self._mark_pods_not_ready(current, pods, now, report)
         self._evict_for_taints(current, pods, now, report)
         return report
+
+    def _mark_pods_not_ready(
+        self, nodes: Mapping[str, Obj], pods: list[Obj], now: datetime, report: NodeLifecycleReport
+    ) -> list[Obj]:
+        """Ready=False on every pod of an Unknown Node (only the Ready condition, as upstream); ``pods``
+        with the patched ones in their place, so what follows in this step does not write the old status
+        back."""
+        unknown = {
+            name
+            for name, node in nodes.items()
+            if (condition(node, "Ready") or {}).get("status") == "Unknown"
+        }
+        if not unknown:
+            return pods
+        out: list[Obj] = []
+        for pod in pods:
+            ready = condition(pod, "Ready")
+            on_unknown = (pod.get("spec") or {}).get("nodeName") in unknown
+            if not on_unknown or ready is None or ready.get("status") == "False":
+                out.append(pod)
+                continue
+            conditions = with_condition(
+                (pod.get("status") or {}).get("conditions") or [],
+                {**ready, "status": "False", "lastTransitionTime": to_rfc3339(now)},
+            )
+            path = pod_path(namespace_of(pod), name_of(pod))
+            patched = self._rest.patch(f"{path}/status", {"status": {"conditions": conditions}})
+            if patched is None:
+                continue  # gone meanwhile
+            report.not_ready_pods.append(key_of(pod))
+            out.append(patched)
+        return out
 
     def _reconcile(
         self,

@@ -13,12 +13,11 @@ from serverless_karpenter.interruption.rules import MessageKind
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
-from serverless_karpenter.termination.terminator import begin_deletion, close
+from serverless_karpenter.termination.terminator import GONE_STATES, STOPPING_STATES, begin_deletion, close
 from serverless_karpenter.termination.usecases import queue_termination_pass
 
+# What EC2 gives between a spot interruption warning and the reclaim.
 SPOT_WARNING = timedelta(minutes=2)
-STOPPING_STATES = frozenset({"stopping", "stopped"})
-GONE_STATES = frozenset({"shutting-down", "terminated"})
 DRAIN_STATES = STOPPING_STATES | GONE_STATES
 
 
@@ -136,7 +135,8 @@ def _handle_instance(plane: ControlPlane, message: EventEnvelope, kind: MessageK
                 plane.instance_types.mark_unavailable(
                     wk.CAPACITY_TYPE_SPOT, record.instance_type, record.zone, "SpotInterruption"
                 )
-            return _delete(plane, record, node, log, "SpotInterrupted", deadline=message.time + SPOT_WARNING)
+            deadline = spot_deadline(message.time, plane.clock.now())
+            return _delete(plane, record, node, log, "SpotInterrupted", deadline=deadline)
         case MessageKind.REBALANCE_RECOMMENDATION:
             if plane.settings.interruption_rebalance == "replace":
                 # Launch the replacement first: evictions wait until it is initialized (or a deadline).
@@ -163,6 +163,21 @@ def _handle_instance(plane: ControlPlane, message: EventEnvelope, kind: MessageK
         case MessageKind.CAPACITY_RESERVATION_INTERRUPTION:
             return _delete(plane, record, node, log, "CapacityReservationInterrupted")
     return Action.NO_ACTION
+
+
+def spot_deadline(warned_at: datetime, received_at: datetime) -> datetime:
+    """When a spot-warned node's pods must be gone: the warning's two minutes, counted from when we
+    received it (``received_at``), or from the warning's own time should that read later (clock skew).
+
+    As Karpenter's termination does: its interruption controller deletes the NodeClaim on receipt, and
+    the node's termination time (when its pods are deleted past their budgets, each at that time minus
+    its own grace period) is counted from that deletion, never from the event's ``time``. Counting from
+    the event's time instead made an old or replayed warning (its time long past) force-delete every pod
+    at once, past its PDB and with no grace. From receipt, each pod whose grace period fits in the two
+    minutes gets all of it, after evictions that respect its PDB. A warning delivered late is acted on
+    a little after EC2's own deadline; if EC2 reclaims the instance first, the next termination pass
+    finds it gone and releases the node."""
+    return max(warned_at, received_at) + SPOT_WARNING
 
 
 def _delete(

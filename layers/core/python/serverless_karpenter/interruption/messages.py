@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
-from serverless_karpenter.interruption.rules import MessageKind
+from serverless_karpenter.interruption.rules import RULE_PATTERNS, MessageKind
 
 
 class MalformedMessage(ValueError):
@@ -44,6 +44,25 @@ class EventEnvelope(BaseModel):
         return [instance_id] if isinstance(instance_id, str) else []
 
 
+# The AWS Health events acted on: the ScheduledChange rule's detail filter (EC2's scheduled changes), which
+# Karpenter's scheduledchange parser checks again. The rule keeps others off the queue; one that arrives
+# anyway (sent by hand, replayed, or through a rule edited by someone) is not about an EC2 instance's
+# scheduled maintenance, whatever its affectedEntities say, and must not drain a node.
+_SCHEDULED_CHANGE_RULE = "ScheduledChange"
+_SCHEDULED_CHANGE_DETAIL: dict[str, list[str]] = RULE_PATTERNS[_SCHEDULED_CHANGE_RULE]["detail"]
+
+
+def _check_scheduled_change(detail: dict[str, Any]) -> None:
+    for name, accepted in _SCHEDULED_CHANGE_DETAIL.items():
+        value = detail.get(name)
+        if value not in accepted:
+            shown = "missing" if value is None else repr(value)
+            raise MalformedMessage(
+                f"AWS Health Event: detail.{name} is {shown}, not {' or '.join(map(repr, accepted))}; "
+                f"only the events of the {_SCHEDULED_CHANGE_RULE} rule (EC2 scheduled changes) are acted on"
+            )
+
+
 def parse_message(body: str) -> EventEnvelope:
     try:
         raw = json.loads(body)
@@ -71,6 +90,7 @@ def parse_message(body: str) -> EventEnvelope:
     if envelope.kind == MessageKind.STATE_CHANGE and not isinstance(envelope.detail.get("state"), str):
         raise MalformedMessage("EC2 Instance State-change Notification: detail.state is missing")
     if envelope.kind == MessageKind.SCHEDULED_CHANGE:
+        _check_scheduled_change(envelope.detail)
         entities = envelope.detail.get("affectedEntities")
         if entities is not None and not (
             isinstance(entities, list) and all(isinstance(e, dict) for e in entities)

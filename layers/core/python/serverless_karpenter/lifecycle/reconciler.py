@@ -21,13 +21,12 @@ from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.taints import KNOWN_EPHEMERAL_TAINTS, taints_from_dicts
-from serverless_karpenter.termination.terminator import begin_deletion
+from serverless_karpenter.termination.terminator import GONE_STATES, begin_deletion, node_is_ready
 
 # Whatever called begin_deletion has ended by then, successfully or not.
 RESUME_DELETION_AFTER = timedelta(seconds=max(FUNCTION_TIMEOUT_SECONDS.values()))
 
 TERMINATED_RETENTION = timedelta(days=1)
-GONE_STATES = frozenset({"shutting-down", "terminated"})
 
 
 @dataclass
@@ -38,13 +37,6 @@ class LifecycleResult:
     deleted: list[str] = field(default_factory=list)
     garbage_collected: list[str] = field(default_factory=list)
     launch_templates_deleted: list[str] = field(default_factory=list)
-
-
-def node_is_ready(node: Mapping[str, Any]) -> bool:
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
 
 
 def registration_patch(record: NodeClaimRecord, node: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,8 @@ DISRUPTED_TAINT = {"key": wk.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 TERMINATED_RETENTION = timedelta(days=1)
 GONE_STATES = frozenset({"shutting-down", "terminated"})
+# An instance going down or off: no kubelet runs on it, or none for long.
+STOPPING_STATES = frozenset({"stopping", "stopped"})
 
 # Record annotations that carry a drain's memory from one pass to the next.
 REPLACE_FIRST_UNTIL = "serverless-karpenter.io/replace-first-until"
@@ -80,6 +82,13 @@ def priority_group(pod: Mapping[str, Any]) -> int:
 
 def do_not_disrupt(pod: Mapping[str, Any]) -> bool:
     return (pod.get("metadata", {}).get("annotations") or {}).get(wk.DO_NOT_DISRUPT) == "true"
+
+
+def node_is_ready(node: Mapping[str, Any]) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
 
 
 def drainable(pods: Sequence[Mapping[str, Any]], now: datetime) -> list[Mapping[str, Any]]:
@@ -258,14 +267,32 @@ class Terminator:
                     }
                 )
             )
-        instance_gone = False
+        instance_gone = instance_down = False
         if record is not None and record.instance_id:
             instance = plane.launcher.describe(record.instance_id)
             instance_gone = instance is None or instance.state in GONE_STATES
+            instance_down = instance is not None and instance.state in STOPPING_STATES
         if instance_gone:
             # Terminated outside our control: nothing can be drained gracefully any more; the pods'
             # controllers recreate them once the Node object is gone.
             self._finish(node, record, progress, instance_gone=True)
+            return progress
+        if instance_down and not node_is_ready(node):
+            # Stopped outside our control, and Kubernetes has noticed (the kubelet stopped posting): as
+            # for an instance that is gone, nothing on it can be drained gracefully. An evicted pod would
+            # stay Terminating with no kubelet to confirm it, and the node lifecycle controller has
+            # marked its pods not Ready, so a budget that counts them short refuses their eviction
+            # (unhealthyPodEvictionPolicy IfHealthyBudget) until the taint manager deletes them 5
+            # minutes on. Karpenter keeps draining a stopped instance and so waits that long; we
+            # terminate it now (its pods' processes are already gone with it) and release the Node once
+            # EC2 reports it going, after which pod GC removes its pods and their controllers replace
+            # them. While the Node still reads Ready its pods count in their budgets: they are drained
+            # as any others.
+            logger.info(
+                "instance stopped under a not-Ready node: terminating it without a drain",
+                extra={"node": name, "instance": record.instance_id if record else None},
+            )
+            self._finish(node, record, progress, instance_gone=False)
             return progress
         pods = drainable(plane.kube.list_pods_on_node(name), now)
         if record is not None and record.state == NodeClaimState.DISRUPTING:
