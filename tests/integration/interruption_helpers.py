@@ -38,11 +38,15 @@ def packed_web_scenario(replicas: int, cpu: str) -> Scenario:
 
 
 @contextmanager
-def spot_interruption_simulation() -> Iterator[Simulation]:
+def spot_interruption_simulation(
+    scenario: Scenario | None = None, warm_up_seconds: float = 0.0
+) -> Iterator[Simulation]:
+    """The ``spot-interruption`` scenario (or ``scenario``) started, and run ``warm_up_seconds``."""
     crashpoints.disarm_all()
-    simulation = Simulation(load_scenario("spot-interruption"), log=io.StringIO())
+    simulation = Simulation(scenario or load_scenario("spot-interruption"), log=io.StringIO())
     simulation.start()
     try:
+        simulation.run_for(warm_up_seconds)
         yield simulation
     finally:
         simulation.stop()

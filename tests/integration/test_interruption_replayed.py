@@ -4,14 +4,12 @@ receipt, so no pod is deleted past its budget at once."""
 
 from __future__ import annotations
 
-import io
 import json
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from serverless_karpenter import crashpoints
 from serverless_karpenter.clock import to_rfc3339
 from serverless_karpenter.interruption.actions import SPOT_WARNING
 from serverless_karpenter.interruption.rules import MessageKind
@@ -19,7 +17,7 @@ from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter_sim.simulation import Simulation
 
-from tests.integration.interruption_helpers import packed_web_scenario
+from tests.integration.interruption_helpers import packed_web_scenario, spot_interruption_simulation
 
 pytestmark = pytest.mark.integration
 GRACE = timedelta(seconds=30)  # the pods' default terminationGracePeriodSeconds
@@ -27,16 +25,9 @@ GRACE = timedelta(seconds=30)  # the pods' default terminationGracePeriodSeconds
 
 @pytest.fixture
 def sim() -> Iterator[Simulation]:
-    crashpoints.disarm_all()
     # Four pods of half a CPU: two to each of two m5.large nodes.
-    simulation = Simulation(packed_web_scenario(replicas=4, cpu="500m"), log=io.StringIO())
-    simulation.start()
-    try:
-        simulation.run_for(90)
+    with spot_interruption_simulation(packed_web_scenario(replicas=4, cpu="500m"), 90) as simulation:
         yield simulation
-    finally:
-        simulation.stop()
-        crashpoints.disarm_all()
 
 
 def web_pods_on(sim: Simulation, node: str) -> list[str]:

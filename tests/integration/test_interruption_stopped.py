@@ -10,17 +10,15 @@ finish them."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 
 import pytest
-from serverless_karpenter import crashpoints
 from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter_sim.scenario import Step
 from serverless_karpenter_sim.simulation import Simulation
 
-from tests.integration.interruption_helpers import packed_web_scenario
+from tests.integration.interruption_helpers import packed_web_scenario, spot_interruption_simulation
 
 pytestmark = pytest.mark.integration
 BOUND_SECONDS = 300
@@ -28,16 +26,9 @@ BOUND_SECONDS = 300
 
 @pytest.fixture
 def sim() -> Iterator[Simulation]:
-    crashpoints.disarm_all()
     # Six pods of half a CPU, the default 30 s grace period: three to each of two m5.large nodes.
-    simulation = Simulation(packed_web_scenario(replicas=6, cpu="500m"), log=io.StringIO())
-    simulation.start()
-    try:
-        simulation.run_for(90)
+    with spot_interruption_simulation(packed_web_scenario(replicas=6, cpu="500m"), 90) as simulation:
         yield simulation
-    finally:
-        simulation.stop()
-        crashpoints.disarm_all()
 
 
 def web_pods(sim: Simulation) -> list[dict[str, object]]:
