@@ -32,7 +32,7 @@ from infra.layers import ARCHITECTURE, BYTECODE_EXCLUDES, RUNTIME, Layers
 from infra.paths import FUNCTIONS_DIR
 
 HANDLER = "handler.lambda_handler"
-SCHEDULE = events.Schedule.rate(Duration.minutes(1))
+SCHEDULE = events.Schedule.rate(Duration.seconds(deployment.SCHEDULE_SECONDS))
 SQS_BATCH_SIZE = 10
 # Every scheduled or watcher-triggered run is superseded by the next one a minute later: an event that
 # waited longer than that (throttled behind the single running instance) is dropped, not replayed.

@@ -64,6 +64,8 @@ class NodeBudgets:
             self._judge(pool, claims, new, records)
 
     def _disruption(self, record: NodeClaimRecord, nodes: dict[str, dict[str, Any]]) -> str | None:
+        if record.state == NodeClaimState.TERMINATING:
+            return None  # its instance is going: Karpenter counts it neither in the total nor against it
         if record.is_deleting:
             reason = record.disruption_reason
             return reason if reason in BUDGETED_REASONS else None

@@ -63,8 +63,9 @@ class Schedule:
     provisioner_every: float = 60.0  # the EventBridge schedule
     termination_every: float = 5.0  # delayed termination-work messages while drains are under way
     # The disruption function loops within its invocation, a pass every 10 s or sooner when something
-    # falls due; the simulator runs one pass an invocation and schedules the next as the loop would sleep
-    # (``nextPassSeconds``), falling back to this period when an invocation fails.
+    # falls due, and ends when idle (the schedule's next invocation comes within a minute); the simulator
+    # runs one pass an invocation and schedules the next as the loop would (``nextPassSeconds``),
+    # falling back to this period when an invocation fails.
     disruption_every: float = 10.0
     boot_delay: float = 30.0
     ready_delay: float = 10.0
@@ -479,7 +480,7 @@ class Simulation:
             result = self._invoke("disruption", {"source": "aws.scheduler", "loopSeconds": 0})
             wait = self.schedule.disruption_every
             if isinstance(result, dict) and isinstance(result.get("nextPassSeconds"), int | float):
-                wait = min(wait, float(result["nextPassSeconds"]))
+                wait = float(result["nextPassSeconds"])
             self._next_disruption = self.elapsed + max(wait, self.schedule.tick_seconds)
         self._observe()
         self.invariants.observe()

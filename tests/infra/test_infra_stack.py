@@ -348,7 +348,7 @@ def test_function_environment_names_are_settings_fields(synthesized: Synthesized
         ):
             assert key in env, (name, key)
         # The watcher wakes the provisioner per batch; termination wakes it when a drain starts.
-        assert ("PROVISIONER_FUNCTION_NAME" in env) == (name in ("watcher", "termination"))
+        assert ("PROVISIONER_FUNCTION_NAME" in env) == (name in ("watcher", "termination", "disruption"))
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
@@ -492,7 +492,7 @@ def test_only_watcher_and_termination_may_invoke_and_only_the_provisioner(
             for s in identity_statements_of_role(template, role)
             if "lambda:InvokeFunction" in as_list(s["Action"])
         ]
-        if name in ("watcher", "termination"):
+        if name in ("watcher", "termination", "disruption"):
             assert [s["Resource"] for s in invokes] == [{"Fn::GetAtt": [functions["provisioner"][0], "Arn"]}]
         else:
             assert invokes == [], name

@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+# The scheduled functions' EventBridge rule: rate(1 minute).
+SCHEDULE_SECONDS = 60
+
 # By function name (``naming.FUNCTION_NAMES``).
 FUNCTION_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
     {

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from serverless_karpenter import deployment
 from serverless_karpenter.adapters.invoker import invoke_provisioner
 from serverless_karpenter.adapters.state_store import ConflictError, Lease
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
@@ -85,6 +86,9 @@ class DisruptionRun:
     passes: int = 0
     # When the next pass is due, in seconds (the loop sleeps that long; the simulator schedules it).
     next_pass_seconds: float = 10.0
+    # No candidate and no command: the loop ends and the schedule's next invocation looks again, so
+    # a cluster without nodes pays for one short pass a minute, not a loop (Lambda bills the sleep).
+    idle: bool = False
 
     @property
     def acted(self) -> bool:
@@ -95,12 +99,14 @@ class DisruptionRun:
             getattr(self, name).extend(getattr(other, name))
         self.passes += other.passes
         self.next_pass_seconds = other.next_pass_seconds
+        self.idle = other.idle
 
     def to_json(self) -> dict[str, Any]:
         return {
             "leader": self.leader,
             "passes": self.passes,
             "nextPassSeconds": self.next_pass_seconds,
+            "idle": self.idle,
             "expired": self.expired,
             "decided": self.decided,
             "executed": self.executed,
@@ -326,11 +332,15 @@ def _request_replacements(
         plane.store.save(record.model_copy(update={"annotations": annotations}))
         names.append(record.name)
     if names:
-        try:
-            wake({"reason": "disruption-replacements", "nodeclaims": names})
-        except Exception as error:  # the provisioner's schedule launches them within a minute anyway
-            logger.warning("could not wake the provisioner", extra={"error": str(error)})
+        _wake(wake, {"reason": "disruption-replacements", "nodeclaims": names})
     return names
+
+
+def _wake(wake: Wake, payload: dict[str, object]) -> None:
+    try:
+        wake(payload)
+    except Exception as error:  # the provisioner's schedule does it within a minute anyway
+        logger.warning("could not wake the provisioner", extra={"error": str(error)})
 
 
 def _delete(
@@ -386,14 +396,25 @@ def commands_under_way(snapshot: Snapshot) -> dict[str, tuple[dict[str, Any], li
 def advance_commands(
     plane: ControlPlane, snapshot: Snapshot, options: Options, run: DisruptionRun, wake: Wake
 ) -> None:
-    """Validate the commands whose validation is due, and finish those whose replacements are up."""
-    for command_id, (command, records) in commands_under_way(snapshot).items():
+    """Validate the commands whose validation is due, and finish those whose replacements are up.
+
+    Each validation reads the cluster as the commands before it in this pass left it: one that acted
+    takes budget (and perhaps capacity) a later one must see, or two commands validated on the same
+    snapshot could together exceed a budget that each alone respects."""
+    for command_id in list(commands_under_way(snapshot)):
+        current = commands_under_way(snapshot).get(command_id)
+        if current is None:
+            continue  # abandoned or carried out by an earlier step of this pass
+        command, records = current
         stage = command.get("stage", STAGE_VALIDATING)
+        acted = (len(run.executed), len(run.aborted), len(run.replacements))
         if stage == STAGE_VALIDATING:
             if snapshot.now - _decided_at(command) >= options.validation_delay:
                 validate(plane, snapshot, options, command_id, command, records, run, wake)
         elif stage == STAGE_REPLACING:
-            finish_replacement(plane, snapshot, options, command_id, command, records, run)
+            finish_replacement(plane, snapshot, options, command_id, command, records, run, wake)
+        if (len(run.executed), len(run.aborted), len(run.replacements)) != acted:
+            snapshot = take_snapshot(plane, network=False)
 
 
 def validate(
@@ -506,8 +527,11 @@ def finish_replacement(
     command: dict[str, Any],
     records: list[NodeClaimRecord],
     run: DisruptionRun,
+    wake: Wake,
 ) -> None:
-    """Replacements Initialized: delete the old nodes. A replacement gone or late: abandon the command."""
+    """Replacements Initialized: delete the old nodes. A replacement gone or late: abandon the command.
+    Still coming up: wake the provisioner, whose lifecycle reconcile registers and initializes them, so
+    each step follows its node's progress rather than the provisioner's next scheduled run."""
     by_name = {r.name: r for r in snapshot.records}
     replacements = [by_name.get(n) for n in command.get("replacements") or []]
     since = datetime.fromisoformat(str(command.get("replacing_since")).replace("Z", "+00:00"))
@@ -532,6 +556,8 @@ def finish_replacement(
         )
         _delete(plane, command, records)
         run.executed.append(f"{command['method']}: replace {', '.join(sorted(r.name for r in records))}")
+        return
+    _wake(wake, {"reason": "disruption-replacements", "nodeclaims": list(command.get("replacements") or [])})
 
 
 # The blockers Karpenter reports as a DisruptionBlocked Event on the Node: what it checks of the node and
@@ -646,7 +672,10 @@ def run_disruption_pass(
             pool, _ = candidates(snapshot)
         decide(plane, snapshot, options, pool, run, wake)
     # else the cluster just changed under us: decide on a fresh snapshot, at once.
-    run.next_pass_seconds = _next_pass(snapshot, pool, options, run)
+    run.idle = not pool and not commands_under_way(snapshot) and not run.acted
+    run.next_pass_seconds = (
+        float(deployment.SCHEDULE_SECONDS) if run.idle else _next_pass(snapshot, pool, options, run)
+    )
     return run
 
 
@@ -665,7 +694,7 @@ def run_disruption(
         while True:
             total.absorb(run_disruption_pass(plane, wake=wake))
             wait = timedelta(seconds=max(total.next_pass_seconds, MIN_SLEEP_SECONDS))
-            if clock.now() + wait > deadline:
+            if total.idle or clock.now() + wait > deadline:
                 return total
             clock.sleep(wait.total_seconds())
             if not lease.acquire(clock.now(), seconds + LEASE_SECONDS):
