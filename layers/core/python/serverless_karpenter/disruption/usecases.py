@@ -130,26 +130,39 @@ def options_from(plane: ControlPlane) -> Options:
 # --- the snapshot -------------------------------------------------------------------------------------------
 
 
+# Instance id -> (when described, its subnet and security groups). A pass runs every 10 s; an instance's
+# network changes rarely (a user's ModifyInstanceAttribute), so drift by network is seen within a minute
+# for a DescribeInstances a minute, not one a pass. Kept while the Lambda container lives.
+_NETWORK_TTL = timedelta(seconds=60)
+_network_cache: dict[str, tuple[datetime, InstanceNetwork]] = {}
+
+
 def _instance_network(plane: ControlPlane, records: Sequence[NodeClaimRecord]) -> dict[str, InstanceNetwork]:
     ids = [r.instance_id for r in records if r.instance_id and r.state == NodeClaimState.INITIALIZED]
-    if not ids:
-        return {}
-    from serverless_karpenter.adapters import aws
+    now = plane.clock.now()
+    stale = [i for i in ids if i not in _network_cache or now - _network_cache[i][0] >= _NETWORK_TTL]
+    if stale:
+        from serverless_karpenter.adapters import aws
 
-    out: dict[str, InstanceNetwork] = {}
-    try:
-        ec2 = aws.client("ec2", plane.settings.aws_region)
-        for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=ids):
-            for reservation in page["Reservations"]:
-                for raw in reservation["Instances"]:
-                    out[raw["InstanceId"]] = InstanceNetwork(
-                        subnet_id=raw.get("SubnetId"),
-                        security_group_ids=frozenset(g["GroupId"] for g in raw.get("SecurityGroups") or []),
-                    )
-    except Exception as error:  # drift by network is worth a retry next pass, never a failed pass
-        logger.warning("could not describe instances for drift", extra={"error": str(error)})
-        return {}
-    return out
+        try:
+            ec2 = aws.client("ec2", plane.settings.aws_region)
+            for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=stale):
+                for reservation in page["Reservations"]:
+                    for raw in reservation["Instances"]:
+                        _network_cache[raw["InstanceId"]] = (
+                            now,
+                            InstanceNetwork(
+                                subnet_id=raw.get("SubnetId"),
+                                security_group_ids=frozenset(
+                                    g["GroupId"] for g in raw.get("SecurityGroups") or []
+                                ),
+                            ),
+                        )
+        except Exception as error:  # drift by network is worth a retry next pass, never a failed pass
+            logger.warning("could not describe instances for drift", extra={"error": str(error)})
+    for gone in set(_network_cache) - set(ids):
+        del _network_cache[gone]
+    return {i: _network_cache[i][1] for i in ids if i in _network_cache}
 
 
 def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
