@@ -51,7 +51,7 @@ class Sampler:
 
 def drift_under_budget(loaded: Scenario) -> None:
     sampler = Sampler()
-    with running(loaded, tick_seconds=5, sampler=sampler) as (sim, _):
+    with running(loaded, tick_seconds=10, sampler=sampler) as (sim, _):
         wait, publish, settle = sim.scenario.steps
         sim.run_step(wait)
         original = {r.name for r in active(sim)}
