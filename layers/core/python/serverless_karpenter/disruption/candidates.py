@@ -84,7 +84,7 @@ class Snapshot:
     nodeclasses: dict[str, EC2NodeClass]
     resolved: Mapping[str, ResolvedNodeClassLike]
     pdbs: list[dict[str, Any]]
-    templates: list[NodePoolTemplate]
+    templates: Sequence[NodePoolTemplate]
     instance_network: dict[str, InstanceNetwork] = field(default_factory=dict)
     # Provisionable pods: a disruption's simulation places them too, so it never counts on capacity
     # launched for them (Karpenter's SimulateScheduling starts from the pending pods).

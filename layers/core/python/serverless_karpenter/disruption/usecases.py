@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, overload
 
 from serverless_karpenter import deployment
 from serverless_karpenter.adapters.invoker import invoke_provisioner
@@ -62,6 +62,7 @@ from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.provisioning.provisioner import Provisioner, build_templates, drift_hashes
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.scheduler import NodePoolTemplate
 from serverless_karpenter.termination.handoff import has_disrupted_taint
 from serverless_karpenter.termination.terminator import begin_deletion, set_disrupted_taint
 
@@ -165,6 +166,30 @@ def _instance_network(plane: ControlPlane, records: Sequence[NodeClaimRecord]) -
     return {i: _network_cache[i][1] for i in ids if i in _network_cache}
 
 
+class DeferredTemplates(Sequence[NodePoolTemplate]):
+    """The NodePools' templates (instance types, DaemonSet overhead), built on first use: only a pass
+    that simulates needs them, and most passes simulate nothing."""
+
+    def __init__(self, build: Callable[[], list[NodePoolTemplate]]) -> None:
+        self._build = build
+        self._templates: list[NodePoolTemplate] | None = None
+
+    def _items(self) -> list[NodePoolTemplate]:
+        if self._templates is None:
+            self._templates = self._build()
+        return self._templates
+
+    @overload
+    def __getitem__(self, index: int) -> NodePoolTemplate: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[NodePoolTemplate]: ...
+    def __getitem__(self, index: int | slice) -> NodePoolTemplate | Sequence[NodePoolTemplate]:
+        return self._items()[index]
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+
 def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
     kube = plane.kube
     now = plane.clock.now()
@@ -194,8 +219,10 @@ def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
             usage[record.nodepool] = resources.merge(
                 usage.get(record.nodepool, {}), record.expected_capacity()
             )
-    templates, _ = build_templates(
-        [manifests[n] for n in nodepools], resolved, specs, plane, kube.list_daemonsets(), usage
+    templates = DeferredTemplates(
+        lambda: build_templates(
+            [manifests[n] for n in nodepools], resolved, specs, plane, kube.list_daemonsets(), usage
+        )[0]
     )
     pods = [p for p in kube.list_pods(field_selector="spec.nodeName!=") if not podlib.is_terminal(p)]
     pending = [p for p in kube.list_pending_pods() if podlib.is_provisionable(p)]
@@ -611,7 +638,7 @@ def record_blocked(
 
 
 # The state in which the last pass decided nothing, and when; a pass in the same state skips deciding.
-_nothing_to_do: tuple[tuple[Any, ...], datetime] | None = None
+_nothing_to_do: tuple[tuple[Any, ...], datetime, m.Evaluation] | None = None
 _RECHECK = timedelta(seconds=60)
 
 
@@ -716,8 +743,9 @@ def decide(
     drift acts at once (Karpenter validates only consolidation and emptiness).
 
     As Karpenter's IsConsolidated, a pass that finds the cluster as the last pass that decided nothing
-    left it decides nothing again, without simulating; at least once a minute it looks afresh, for what
-    time alone changes (a do-not-disrupt duration running out)."""
+    left it decides nothing again, without simulating (its Events and metrics are recorded again, as
+    every pass records them); at least once a minute it looks afresh, for what time alone changes (a
+    do-not-disrupt duration running out)."""
     global _nothing_to_do
     key = _state_key(snapshot, pool, options)
     if (
@@ -725,9 +753,10 @@ def decide(
         and _nothing_to_do[0] == key
         and timedelta(0) <= snapshot.now - _nothing_to_do[1] < _RECHECK
     ):
-        return
-    evaluation = m.evaluate(snapshot, pool, options)
-    _nothing_to_do = (key, snapshot.now) if evaluation.command is None else None
+        evaluation = _nothing_to_do[2]  # the same verdicts: reported again, as every pass reports them
+    else:
+        evaluation = m.evaluate(snapshot, pool, options)
+        _nothing_to_do = (key, snapshot.now, evaluation) if evaluation.command is None else None
     for kind, count in Counter(b.kind for b in evaluation.blockers.values()).items():
         emit_dimensioned(MetricName.DISRUPTION_BLOCKED, count, {"Reason": kind})
     record_blocked(plane, snapshot, pool, evaluation)
