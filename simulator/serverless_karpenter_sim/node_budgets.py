@@ -23,6 +23,7 @@ from serverless_karpenter.disruption.budgets import (
     allowed_disruptions,
 )
 from serverless_karpenter.disruption.candidates import pending_command
+from serverless_karpenter.disruption.methods import BUDGET_REASON
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.termination.handoff import has_disrupted_taint
 
@@ -31,13 +32,6 @@ if TYPE_CHECKING:
     from serverless_karpenter_sim.simulation import Simulation
 
 BUDGETED_REASONS = frozenset({REASON_EMPTY, REASON_DRIFTED, REASON_UNDERUTILIZED})
-# A command's method, as its marker names it, to the budget reason it takes.
-METHOD_REASONS = {
-    "emptiness": REASON_EMPTY,
-    "drift": REASON_DRIFTED,
-    "multi-node consolidation": REASON_UNDERUTILIZED,
-    "single-node consolidation": REASON_UNDERUTILIZED,
-}
 
 
 @dataclass
@@ -72,7 +66,7 @@ class NodeBudgets:
         command = pending_command(record)
         node = nodes.get(record.node_name or "")
         if command and command.get("stage") == "replacing" and node is not None and has_disrupted_taint(node):
-            return METHOD_REASONS.get(str(command.get("method")))
+            return BUDGET_REASON.get(str(command.get("method")))
         return None
 
     def _judge(

@@ -493,16 +493,6 @@ def test_nodeclass_hash_drift() -> None:
     assert (m.drift_reason(snap, candidates(snap)[0][0]) or "").startswith("NodeClassDrifted")
 
 
-def test_validation_compares_method_nodes_and_action() -> None:
-    a = record("a", TYPES[0])
-    snap = snapshot([a], [])
-    pool = candidates(snap)[0]
-    first = m.Command(m.EMPTINESS, pool)
-    assert m.same_decision(first, m.Command(m.EMPTINESS, pool))
-    assert not m.same_decision(first, None)
-    assert not m.same_decision(first, m.Command(m.SINGLE, pool))
-
-
 # --- explain ---------------------------------------------------------------------------------------------
 
 

@@ -615,18 +615,3 @@ def evaluate(
             if stop_at_first:
                 break
     return evaluation
-
-
-def same_decision(first: Command, second: Command | None) -> bool:
-    """Validation: the re-simulated command still removes the same nodes the same way."""
-    return (
-        second is not None
-        and second.method == first.method
-        and second.names() == first.names()
-        and second.action == first.action
-    )
-
-
-def describe_pods(pods: Sequence[dict[str, Any]]) -> str:
-    keys = [podlib.key(p) for p in pods]
-    return ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
