@@ -100,7 +100,7 @@ class PodState:
     def view(self) -> PodTopologyView:
         if self._view is None:
             self._view = PodTopologyView(
-                self.namespace, self.labels, self.node_requirements(), self.tolerations
+                self.namespace, self.labels, self.required_terms[0], self.tolerations
             )
         return self._view
 

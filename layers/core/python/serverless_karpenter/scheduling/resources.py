@@ -25,6 +25,7 @@ AMD_GPU = "amd.com/gpu"
 AWS_NEURON = "aws.amazon.com/neuron"
 AWS_NEURON_CORE = "aws.amazon.com/neuroncore"
 EFA = "vpc.amazonaws.com/efa"
+HABANA_GAUDI = "habana.ai/gaudi"
 
 _MILLI_RESOURCES = frozenset({CPU})
 _BINARY_UNITS = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))

@@ -37,6 +37,15 @@ from serverless_karpenter.scheduling.volumes import VolumeIndex
 OFFERING_KEYS = frozenset({wk.ZONE, wk.CAPACITY_TYPE, wk.ZONE_ID, wk.CAPACITY_RESERVATION_ID})
 # Karpenter passes at most this many instance types to CreateFleet.
 MAX_INSTANCE_TYPES = 60
+# Capacity that makes an instance type exotic (karpenter-provider-aws's ExoticInstanceTypeFilter), with
+# metal sizes: such types launch only when a claim's options leave nothing else.
+EXOTIC_RESOURCES = (
+    resources.NVIDIA_GPU,
+    resources.AMD_GPU,
+    resources.AWS_NEURON,
+    resources.AWS_NEURON_CORE,
+    resources.HABANA_GAUDI,
+)
 
 
 class OfferingLike(Protocol):
@@ -169,6 +178,24 @@ def instance_type_mismatch(requirements: Requirements, it: InstanceTypeLike) -> 
     return None
 
 
+def is_exotic(it: InstanceTypeLike) -> bool:
+    """A GPU, accelerator or metal type: one a pod gets only when it asks for it."""
+    if "metal" in it.labels.get(wk.INSTANCE_SIZE, ""):
+        return True
+    capacity = it.capacity
+    return any(capacity.get(name, 0) > 0 for name in EXOTIC_RESOURCES)
+
+
+def without_exotic(types: Sequence[InstanceTypeLike], requirements: Requirements) -> list[InstanceTypeLike]:
+    """What CreateFleet is given of a claim's options (Karpenter's exotic filter at launch): the generic
+    types when there are any, so a CPU pod never lands on a cheaper GPU or metal type; all of them when
+    every option is exotic (the pod asked for a GPU, a GPU family, a metal size) or under minValues."""
+    if requirements.has_min_values():
+        return list(types)
+    generic = [it for it in types if not is_exotic(it)]
+    return generic or list(types)
+
+
 def cheapest_offering(requirements: Requirements, it: InstanceTypeLike) -> Any | None:
     allowed = list(filter(offering_filter(requirements), it.offerings))
     return min(allowed, key=lambda o: o.price) if allowed else None
@@ -237,7 +264,7 @@ def truncate_instance_types(result: SchedulingResult) -> SchedulingResult:
     being planned again and refused at every launch."""
     kept: list[NewNodeClaim] = []
     for claim in result.new_nodeclaims:
-        cheapest = claim.instance_types[:MAX_INSTANCE_TYPES]
+        cheapest = without_exotic(claim.instance_types, claim.requirements)[:MAX_INSTANCE_TYPES]
         shortfall = (
             claim.requirements.check_min_values(it.labels for it in cheapest)
             if claim.requirements.has_min_values()
@@ -260,11 +287,12 @@ def truncate_instance_types(result: SchedulingResult) -> SchedulingResult:
 class _TypeView:
     """An instance type with its allocatable unpacked, so the hot filters compare plain integers."""
 
-    __slots__ = ("cpu", "extra", "it", "memory", "pods")
+    __slots__ = ("cpu", "exotic", "extra", "it", "memory", "pods")
 
     def __init__(self, it: InstanceTypeLike) -> None:
         alloc = it.allocatable
         self.it = it
+        self.exotic = is_exotic(it)
         self.cpu = alloc.get(resources.CPU, 0)
         self.memory = alloc.get(resources.MEMORY, 0)
         self.pods = alloc.get(resources.PODS, 0)
@@ -467,15 +495,28 @@ class Scheduler:
         # Domains: what each NodePool can offer, and what each existing node is.
         for pool in self._pools:
             template = pool.template
+            # Only the types the NodePool allows, with their offerings in the zones its node class has
+            # subnets in (offerings come from those), define its domains: a zone no allowed type is
+            # offered in is not one a spread must fill (kubernetes-sigs/karpenter#3272).
+            allowed, _ = pool.compatible(template.requirements) if keys else ([], frozenset())
             for key in keys:
-                for domain in _pool_domains(template, pool.views, key):
+                for domain in _pool_domains(template, allowed, key):
                     topology.register_domain(key, domain, template.taints)
         for entry in existing:
+            capacity = entry.capacity
+            node_labels = entry.domains.single_valued_labels() if capacity.requirements is None else {}
             for key in keys:
                 requirement = entry.domains.get(key)
-                if not requirement.complement:
+                if requirement.complement:
+                    continue
+                if capacity.requirements is None:
+                    # A node (or a launched claim known by its labels): its domain counts for a spread
+                    # only where the spread's node filter takes it.
                     for domain in requirement.values():
-                        topology.register_domain(key, domain, entry.capacity.taints)
+                        topology.register_node_domain(key, domain, node_labels, capacity.taints)
+                else:
+                    for domain in requirement.values():
+                        topology.register_domain(key, domain, capacity.taints)
         link(states + [s for s, _ in bound_states], topology)
         # Counts start from the pods already running.
         for state, entry in bound_states:
@@ -546,13 +587,18 @@ class Scheduler:
             ranking = rankings[key] = [view for _, _, view in priced]
         members = {id(v) for v in entry.views}
         if not requirements.has_min_values():
-            out: list[InstanceTypeLike] = []
+            # Karpenter's exotic filter, then its truncation to the cheapest types CreateFleet takes.
+            generic: list[InstanceTypeLike] = []
+            exotic: list[InstanceTypeLike] = []
             for view in ranking:
                 if id(view) in members:
-                    out.append(view.it)
-                    if len(out) == MAX_INSTANCE_TYPES:
-                        break
-            return out
+                    if view.exotic:
+                        exotic.append(view.it)
+                    else:
+                        generic.append(view.it)
+                        if len(generic) == MAX_INSTANCE_TYPES:
+                            break
+            return generic or exotic[:MAX_INSTANCE_TYPES]
         ordered = [view.it for view in ranking if id(view) in members]
         limit = MAX_INSTANCE_TYPES
         prefix = requirements.min_values_prefix([it.labels for it in ordered])
@@ -735,6 +781,8 @@ class Scheduler:
             if not within:
                 return _limits_reason(name, remaining, fitting)
             fitting = within
+        if _zonal_anti_affinity(state):
+            merged, fitting = _commit_to_zone(merged, fitting)
         if merged.has_min_values():
             failed = merged.check_min_values([v.it.labels for v in fitting])
             if failed is not None:
@@ -832,6 +880,39 @@ class Scheduler:
                 group.record(domain)
 
 
+def _zonal_anti_affinity(state: PodState) -> bool:
+    """Whether the pod has a zonal pod anti-affinity of its own (required, or a preference not yet
+    relaxed). Only then does committing its claim to a zone free the others for its peers; a pod merely
+    selected by another's keeps every zone it may use, for CreateFleet to choose from."""
+    return any(g.key == wk.ZONE for g in (*state.required_anti, *state.preferred_anti))
+
+
+def _commit_to_zone(
+    requirements: Requirements, fitting: list[_TypeView]
+) -> tuple[Requirements, list[_TypeView]]:
+    """Pin a new claim to the zone of its cheapest allowed offering.
+
+    Beyond Karpenter: its claim keeps every allowed zone until launch, so a zonal anti-affinity counts
+    it in all of them and the next such pod waits for the next batch (3 pods, 3 batches). A claim that
+    commits to one zone leaves the others free, so the three place in distinct zones in one batch."""
+    zone = requirements.get(wk.ZONE)
+    if not zone.complement and len(zone.values()) <= 1:
+        return requirements, fitting
+    allowed = offering_filter(requirements)
+    best: tuple[int, float, str] | None = None
+    for view in fitting:
+        for o in view.it.offerings:
+            if allowed(o):
+                candidate = (CAPACITY_RANK.get(o.capacity_type, 3), o.price, o.zone)
+                if best is None or candidate < best:
+                    best = candidate
+    if best is None:
+        return requirements, fitting
+    pinned = requirements.add(Requirement(wk.ZONE, "In", (best[2],)))
+    in_zone = offering_filter(pinned)
+    return pinned, [v for v in fitting if any(map(in_zone, v.it.offerings))]
+
+
 def _within(current: Requirement, narrowing: Requirement) -> bool:
     """Whether ``current`` already allows nothing ``narrowing`` forbids (both plain In sets)."""
     return (
@@ -855,7 +936,8 @@ def _domains_of(key: str, requirements: Requirements, hostname: str | None, ever
 
 
 def _pool_domains(template: NodePoolTemplate, views: Sequence[_TypeView], key: str) -> set[str]:
-    """The values a NodePool's nodes can take for ``key``: its requirement's, or its types' and offerings'."""
+    """The values a NodePool's nodes can take for ``key``: its requirement's, or those of the types it
+    allows (``views``) and their offerings."""
     requirement = template.requirements.get(key)
     if key == wk.HOSTNAME:
         return set()
