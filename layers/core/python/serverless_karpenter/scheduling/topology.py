@@ -294,7 +294,11 @@ class Topology:
             options = [d for d in candidates if group.counts.get(d, 0) > 0 and pod_domains.has(d)]
             if options:
                 return Requirement(key, "In", options)
-            if self_selecting and not group.occupied:
+            # The first of a self-selecting group opens a domain: while no domain the pod may use holds a
+            # matching pod (Karpenter: all domains empty, or none compatible with the pod has one).
+            if self_selecting and not any(
+                group.counts.get(d, 0) > 0 and pod_domains.has(d) for d in group.occupied
+            ):
                 viable = sorted(
                     d for d in (finite if finite is not None else group.counts) if pod_domains.has(d)
                 )
