@@ -91,7 +91,6 @@ def assorted_types() -> list[SchedulableInstanceType]:
                     cpu=cpu,
                     memory_gi=memory,
                     arch=arch,
-                    pods=cpu * 2,
                     offerings=[(capacity_type, zone)],
                 )
             )
@@ -329,6 +328,11 @@ class FakeCluster:
     def delete(self, pod: Obj) -> None:
         self.pods = [p for p in self.pods if p is not pod]
         pod["spec"].pop("nodeName", None)
+
+
+def max_skew(counts: Counter[str]) -> int:
+    """ExpectMaxSkew: the largest count less the smallest, over the domains that hold a pod."""
+    return max(counts.values()) - min(counts.values()) if counts else 0
 
 
 def values(counts: Counter[str]) -> list[int]:
