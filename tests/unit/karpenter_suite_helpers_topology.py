@@ -135,6 +135,7 @@ def pending(
     tolerations: Sequence[Obj] = (),
     namespace: str = "default",
     name: str = "pod",
+    owner: str | None = None,
     **spec: Any,
 ) -> list[Obj]:
     """``count`` pending pods shaped as the suite's test.UnschedulablePods (no requests unless ``cpu``)."""
@@ -171,6 +172,7 @@ def pending(
             memory=None,
             namespace=namespace,
             labels=dict(labels or {}),
+            owner=owner,
             unschedulable=True,
             **extra,
         )

@@ -262,10 +262,10 @@ def test_min_domains_above_the_zones_offered_caps_each_zone_at_max_skew() -> Non
 @pytest.mark.parametrize(
     "min_domains",
     [
-        pytest.param(3, id="satisfied minDomains constraints (equal) should allow expected pod scheduling"),
+        pytest.param(3, id="equal"),
         pytest.param(
             2,
-            id="satisfied minDomains constraints (greater than minimum) should allow expected pod scheduling",
+            id="greater-than-minimum",
         ),
     ],
 )
@@ -545,8 +545,8 @@ def _tainted_label_domains() -> FakeCluster:
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
-        pytest.param("Ignore", [1], id="should balance pods across a label (NodeTaintsPolicy=ignore)"),
-        pytest.param("Honor", [5], id="should balance pods across a label (NodeTaintsPolicy=honor)"),
+        pytest.param("Ignore", [1], id="ignore"),
+        pytest.param("Honor", [5], id="honor"),
     ],
 )
 def test_node_taints_policy_on_tainted_existing_nodes(policy: str, expected: list[int]) -> None:
@@ -563,12 +563,8 @@ def test_node_taints_policy_on_tainted_existing_nodes(policy: str, expected: lis
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
-        pytest.param(
-            "Ignore", [1], id="should balance pods across a label when discovered from the nodepool (ignore)"
-        ),
-        pytest.param(
-            "Honor", [2], id="should balance pods across a label when discovered from the nodepool (honor)"
-        ),
+        pytest.param("Ignore", [1], id="ignore"),
+        pytest.param("Honor", [2], id="honor"),
     ],
 )
 def test_node_taints_policy_on_domains_a_tainted_nodepool_offers(policy: str, expected: list[int]) -> None:
@@ -620,11 +616,11 @@ def test_node_taints_policy_honor_with_tainted_nodepools_sharing_a_domain() -> N
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
-        pytest.param("Ignore", [1], id="should balance pods across a label (NodeAffinityPolicy=ignore)"),
+        pytest.param("Ignore", [1], id="ignore"),
         pytest.param(
             "Honor",
             [5],
-            id="should balance pods across a label (NodeAffinityPolicy=honor)",
+            id="honor",
             marks=pytest.mark.xfail(
                 strict=True,
                 reason="deviation: nodeAffinityPolicy Honor still takes the minimum over domains that "

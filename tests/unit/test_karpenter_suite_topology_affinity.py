@@ -491,3 +491,15 @@ def test_a_volume_zone_does_not_narrow_the_spread_domains_min_domains_counts() -
     cluster.provision([np], claimant)
     assert cluster.labels_of(claimant[0])[wk.ZONE] == ZONE_1
     assert values(cluster.skew(wk.ZONE, app)) == [1, 1, 2]
+
+
+# -- Topology > DefaultConstraints (newer than v1.14) -----------------------------------------------
+
+
+def test_without_default_constraints_unconstrained_owned_pods_share_a_node() -> None:
+    """Topology > DefaultConstraints > should be a no-op when no default constraints are configured (newer
+    than v1.14: we have no defaultConstraints setting, so this is the only one of its Its that holds)"""
+    cluster = FakeCluster()
+    pods = pending(3, labels=LABELS, owner="ReplicaSet")
+    cluster.provision([nodepool()], pods)
+    assert len({node_name(p) for p in pods}) == 1
