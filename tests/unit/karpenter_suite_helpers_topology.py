@@ -231,10 +231,9 @@ class FakeCluster:
         return body
 
     def bind(self, pod: Obj, node: str) -> Obj:
+        """The pod, now Running on ``node`` (the test's pod object itself, so tests read where it went)."""
         pod["spec"]["nodeName"] = node
-        pod["status"] = {
-            "phase": pod["status"].get("phase") if pod["status"].get("phase") != "Pending" else "Running"
-        }
+        pod["status"] = {"phase": "Running"}
         self.pods.append(pod)
         return pod
 
@@ -275,11 +274,9 @@ class FakeCluster:
             wk.NODEPOOL: claim.nodepool,
             wk.HOSTNAME: name,
         }
-        allocatable = {k: str(v) for k, v in it.allocatable.items()}
-        allocatable[resources.CPU] = f"{it.allocatable[resources.CPU]}m"
         body = builders.node(
             name,
-            allocatable[resources.CPU],
+            f"{it.allocatable[resources.CPU]}m",
             str(it.allocatable[resources.MEMORY]),
             pods=str(it.allocatable[resources.PODS]),
             labels=labels,
