@@ -617,16 +617,7 @@ def test_node_taints_policy_honor_with_tainted_nodepools_sharing_a_domain() -> N
     ("policy", "expected"),
     [
         pytest.param("Ignore", [1], id="ignore"),
-        pytest.param(
-            "Honor",
-            [5],
-            id="honor",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="deviation: nodeAffinityPolicy Honor still takes the minimum over domains that "
-                "only nodes the pod's nodeSelector excludes offer",
-            ),
-        ),
+        pytest.param("Honor", [5], id="honor"),
     ],
 )
 def test_node_affinity_policy_on_existing_nodes_the_selector_excludes(
@@ -727,11 +718,6 @@ def test_required_node_affinity_limits_zonal_spread_domains_across_batches() -> 
     assert values(cluster.skew(wk.ZONE)) == [4, 4, 4]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: a spread's eligible domains come from the pod's requirements with its preferred node "
-    "affinity applied, not from its strict requirements",
-)
 def test_preferred_node_affinity_does_not_limit_zonal_spread_domains() -> None:
     """Topology > Combined Zonal Topology and Node Affinity > should not limit spread options by preferred
     node affinity"""

@@ -251,6 +251,11 @@ def test_required_zonal_anti_affinity_of_others_blocks_a_pod_in_every_zone() -> 
     assert not cluster.scheduled(target[0])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="deviation (deliberate, beyond Karpenter, main 14cad74): a new claim of a pod with its own zonal "
+    "anti-affinity is pinned to its cheapest zone, so peers place in other zones in the same batch",
+)
 def test_zonal_anti_affinity_of_an_undecided_pod_blocks_every_zone_until_it_lands() -> None:
     """Topology > Pod Affinity/Anti-Affinity > should not violate pod anti-affinity on zone (Schrödinger)"""
     cluster = FakeCluster()
@@ -303,6 +308,11 @@ def test_a_pod_affinity_preference_gives_way_to_a_required_spread() -> None:
     assert values(cluster.skew(wk.HOSTNAME, namespace=None)) == [1, 1, 1]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="deviation (deliberate, beyond Karpenter, main 14cad74): a new claim of a pod with its own zonal "
+    "anti-affinity is pinned to its cheapest zone, so peers place in other zones in the same batch",
+)
 def test_zonal_self_anti_affinity_takes_one_zone_per_batch() -> None:
     """Topology > Pod Affinity/Anti-Affinity > should support pod anti-affinity with a zone topology"""
     cluster = FakeCluster()
