@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling.volumes import VolumeIndex
 
@@ -132,11 +131,6 @@ def test_zonal_self_affinity_within_a_required_zone() -> None:
     assert all(cluster.labels_of(p)[wk.ZONE] == ZONE_3 for p in pods)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: a self-affine pod may open a new domain only while its group has no pod anywhere; "
-    "Karpenter lets it when none of the domains it allows holds one",
-)
 def test_self_affine_pods_with_disjoint_zones_open_a_node_each() -> None:
     """Topology > Pod Affinity/Anti-Affinity > should allow two nodes to be created when two pods with
     matching affinities have incompatible selectors"""
@@ -251,20 +245,17 @@ def test_required_zonal_anti_affinity_of_others_blocks_a_pod_in_every_zone() -> 
     assert not cluster.scheduled(target[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation (deliberate, beyond Karpenter, main 14cad74): a new claim of a pod with its own zonal "
-    "anti-affinity is pinned to its cheapest zone, so peers place in other zones in the same batch",
-)
-def test_zonal_anti_affinity_of_an_undecided_pod_blocks_every_zone_until_it_lands() -> None:
-    """Topology > Pod Affinity/Anti-Affinity > should not violate pod anti-affinity on zone (Schrödinger)"""
+def test_zonal_anti_affinity_of_an_undecided_pod_never_shares_its_zone() -> None:
+    """Topology > Pod Affinity/Anti-Affinity > should not violate pod anti-affinity on zone (Schrödinger)
+
+    Beyond Karpenter (docs/karpenter-compatibility.md): Karpenter keeps the target for the next batch,
+    since the first pod's zone is undecided; our claim commits to a zone, so both place in one batch,
+    in different zones."""
     cluster = FakeCluster()
     anywhere = pending(cpu="2", pod_anti_affinity=[affinity_term(wk.ZONE, S2)])
     target = pending(labels=S2)
     cluster.provision([nodepool()], anywhere + target)
-    assert cluster.scheduled(anywhere[0])
-    assert not cluster.scheduled(target[0])
-    cluster.provision([nodepool()], target)
+    assert cluster.scheduled(anywhere[0]) and cluster.scheduled(target[0])
     assert cluster.labels_of(anywhere[0])[wk.ZONE] != cluster.labels_of(target[0])[wk.ZONE]
 
 
@@ -308,19 +299,16 @@ def test_a_pod_affinity_preference_gives_way_to_a_required_spread() -> None:
     assert values(cluster.skew(wk.HOSTNAME, namespace=None)) == [1, 1, 1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation (deliberate, beyond Karpenter, main 14cad74): a new claim of a pod with its own zonal "
-    "anti-affinity is pinned to its cheapest zone, so peers place in other zones in the same batch",
-)
-def test_zonal_self_anti_affinity_takes_one_zone_per_batch() -> None:
-    """Topology > Pod Affinity/Anti-Affinity > should support pod anti-affinity with a zone topology"""
+def test_zonal_self_anti_affinity_takes_every_zone_in_one_batch() -> None:
+    """Topology > Pod Affinity/Anti-Affinity > should support pod anti-affinity with a zone topology
+
+    Beyond Karpenter (docs/karpenter-compatibility.md): Karpenter takes one zone per batch ([1], [1, 1],
+    [1, 1, 1]); our claims commit to a zone, so the first batch fills all three and no later one adds."""
     cluster = FakeCluster()
-    for expected in ([1], [1, 1], [1, 1, 1], [1, 1, 1]):
+    for _ in range(2):
         pods = pending(3, labels=S2, pod_anti_affinity=[affinity_term(wk.ZONE, S2)])
         cluster.provision([nodepool()], pods)
-        assert values(cluster.skew(wk.ZONE, None)) == expected
-        # The unscheduled ones are deleted before the next batch, as the suite does.
+        assert values(cluster.skew(wk.ZONE, None)) == [1, 1, 1]
 
 
 def test_pod_affinity_to_no_pod_is_unschedulable() -> None:
@@ -471,11 +459,6 @@ def test_an_exists_toleration_generates_no_taint() -> None:
 # -- Topology with Volume Requirements --------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: a bound volume's zone narrows the domains a spread's minimum (and minDomains) is "
-    "taken over; Karpenter keeps volume requirements out of spread domain counting",
-)
 def test_a_volume_zone_does_not_narrow_the_spread_domains_min_domains_counts() -> None:
     """Topology with Volume Requirements > should schedule pod with PVC and TSC minDomains=3 when pods are
     spread across 3 zones"""
