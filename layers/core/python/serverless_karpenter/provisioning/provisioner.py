@@ -396,7 +396,7 @@ class Provisioner:
         pending = [p for p in plane.kube.list_pending_pods() if podlib.is_provisionable(p)]
         # Issue 6 (termination): like Karpenter, count the reschedulable pods of nodes being deleted as
         # pending, so replacement capacity launches while the drain is still under way.
-        pending += pods_on_deleting_nodes(plane.kube)
+        pending += pods_on_deleting_nodes(plane.kube, plane.clock.now())
         metrics.add_metric(name=MetricName.PENDING_PODS, unit=MetricUnit.Count, value=len(pending))
         outcome = ProvisioningResult(pending=len(pending))
         if not pending:
