@@ -1,0 +1,205 @@
+"""What the provisioning simulation is told about the cluster, as Karpenter sees it: DaemonSets, NodePool
+usage, nodes still starting, in-flight NodeClaims, pods of deleting nodes, volumes, pod-level resources
+and the AMI family. Each case follows Karpenter's own tests (``scheduling/suite_test.go``,
+``instancetype/suite_test.go``), through ``simulate_provisioning`` as the provisioner and ``plan`` run it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from serverless_karpenter.adapters.ec2 import NodeClassResolver, ResolvedNodeClass
+from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
+from serverless_karpenter.provisioning.provisioner import ClusterState, simulate_provisioning
+from serverless_karpenter.scheduling import pods as podlib
+from serverless_karpenter.scheduling.scheduler import SchedulingResult
+from serverless_karpenter.scheduling.volumes import VolumeIndex
+from serverless_karpenter.termination.handoff import pods_on_deleting_nodes
+from serverless_karpenter_cli.plan import offline_nodeclass
+
+from tests import builders
+from tests.unit.test_scheduling_constraints import catalog_types
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+RESOLVED = ResolvedNodeClass(
+    name="default", subnets=[], security_group_ids=[], amis={}, ami_family="AL2023", instance_profile=None
+)
+
+
+class _Types:
+    def __init__(self, types: Sequence[Any]) -> None:
+        self._types = list(types)
+
+    def instance_types(self, nodeclass: ResolvedNodeClass, spec: Any) -> list[Any]:
+        return self._types
+
+
+class _Plane:
+    def __init__(self, types: Sequence[Any]) -> None:
+        self.instance_types = _Types(types)
+
+
+def simulate(
+    pending: Sequence[dict[str, Any]],
+    *,
+    nodepools: Sequence[dict[str, Any]] | None = None,
+    types: Sequence[Any] | None = None,
+    **state: Any,
+) -> SchedulingResult:
+    cluster = ClusterState(
+        nodepools=list(nodepools) if nodepools is not None else [builders.nodepool()],
+        nodeclass_specs={"default": builders.nodeclass()},
+        resolved={"default": RESOLVED},
+        **state,
+    )
+    result, _, _ = simulate_provisioning(
+        cluster, pending, _Plane(types if types is not None else catalog_types()), time_budget_s=0.5
+    )
+    return result
+
+
+def pending(name: str, cpu: str = "1", memory: str = "1Gi", **fields: Any) -> dict[str, Any]:
+    return builders.pod(name, cpu, memory, unschedulable=True, **fields)
+
+
+# -- pods of deleting nodes (item 5) -----------------------------------------------------------------
+
+
+class _Kube:
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], pdbs: list[dict[str, Any]]):
+        self.nodes, self.pods, self.pdbs = nodes, pods, pdbs
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return self.nodes
+
+    def list_pods_on_node(self, node_name: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods if podlib.node_name(p) == node_name]
+
+    def list_pdbs(self) -> list[dict[str, Any]]:
+        return self.pdbs
+
+
+def pdb(name: str, app: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": app}}, **spec},
+        "status": {"disruptionsAllowed": 0},
+    }
+
+
+def test_pods_a_pdb_fully_blocks_on_a_deleting_node_do_not_trigger_provisioning() -> None:
+    node = builders.node("leaving")
+    node["metadata"]["deletionTimestamp"] = "2026-11-24T11:59:00Z"
+    pods = [
+        builders.pod("db-0", node="leaving", labels={"app": "db"}),
+        builders.pod("web-0", node="leaving", labels={"app": "web"}),
+        builders.pod("api-0", node="leaving", labels={"app": "api"}),
+        builders.pod("job-0", node="leaving", labels={"app": "job"}),
+        builders.pod("pinned", node="leaving", annotations={"karpenter.sh/do-not-disrupt": "true"}),
+    ]
+    kube = _Kube(
+        [node],
+        pods,
+        [
+            pdb("db", "db", maxUnavailable=0),  # fully blocking: never evicted
+            pdb("web", "web", minAvailable="100%"),  # fully blocking too
+            pdb("api", "api", maxUnavailable=1),  # none allowed now, but it will move: capacity for it
+            pdb("job-a", "job", maxUnavailable=1),  # two PDBs: the Eviction API refuses the pod
+            pdb("job-b", "job", maxUnavailable=1),
+        ],
+    )
+    assert [p["metadata"]["name"] for p in pods_on_deleting_nodes(kube, NOW)] == ["api-0"]
+
+
+def test_an_unhealthy_pod_under_an_always_allow_pdb_is_still_rescheduled() -> None:
+    node = builders.node("leaving")
+    node["metadata"]["deletionTimestamp"] = "2026-11-24T11:59:00Z"
+    unready = builders.pod("db-0", node="leaving", labels={"app": "db"})
+    unready["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    blocking = pdb("db", "db", maxUnavailable=0, unhealthyPodEvictionPolicy="AlwaysAllow")
+    assert [
+        p["metadata"]["name"] for p in pods_on_deleting_nodes(_Kube([node], [unready], [blocking]), NOW)
+    ] == ["db-0"]
+
+
+def test_plan_leaves_pods_a_pdb_fully_blocks_on_their_deleting_node() -> None:
+    from serverless_karpenter.scheduling.inputs import classify
+
+    node = builders.node("leaving")
+    node["kind"] = "Node"
+    node["metadata"]["deletionTimestamp"] = "2026-11-24T11:59:00Z"
+    docs = [
+        {**builders.pod("db-0", node="leaving", labels={"app": "db"}), "kind": "Pod"},
+        {**builders.pod("web-0", node="leaving", labels={"app": "web"}), "kind": "Pod"},
+        {**pdb("db", "db", maxUnavailable=0), "kind": "PodDisruptionBudget"},
+        node,
+    ]
+    assert [p["metadata"]["name"] for p in classify(docs).pending] == ["web-0"]
+
+
+# -- volumes (item 6) -------------------------------------------------------------------------------
+
+
+def test_an_unbound_claim_of_an_immediate_storage_class_is_not_provisioned_for() -> None:
+    claim = {"metadata": {"name": "data", "namespace": "default"}, "spec": {"storageClassName": "gp3"}}
+    immediate = {"metadata": {"name": "gp3"}, "volumeBindingMode": "Immediate"}
+    pod = pending("db", volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}])
+    result = simulate([pod], volumes=VolumeIndex.build([claim], [], [immediate]))
+    assert result.new_nodeclaims == []
+    reason = result.unschedulable["default/db"]["default"]
+    assert 'persistentvolumeclaim "default/data" is unbound' in reason and "binds Immediate" in reason
+    # The API server's default binding mode is Immediate too.
+    unset = {"metadata": {"name": "gp3"}}
+    assert simulate([pod], volumes=VolumeIndex.build([claim], [], [unset])).new_nodeclaims == []
+    # WaitForFirstConsumer: the volume is made where the pod lands, so Karpenter provisions.
+    later = {"metadata": {"name": "gp3"}, "volumeBindingMode": "WaitForFirstConsumer"}
+    assert len(simulate([pod], volumes=VolumeIndex.build([claim], [], [later])).new_nodeclaims) == 1
+
+
+# -- pod-level resources (item 7) -------------------------------------------------------------------
+
+
+def test_pod_level_requests_replace_the_containers_sum() -> None:
+    pod = pending("big", "100m", "128Mi", resources={"requests": {"cpu": "6", "memory": "2Gi"}})
+    assert podlib.requests(pod)["cpu"] == 6000 and podlib.requests(pod)["memory"] == 2 << 30
+    # A pod-level limit alone is the request, as the API server defaults it; other resources still
+    # come from the containers.
+    limited = pending(
+        "limited",
+        "100m",
+        "128Mi",
+        resources={"limits": {"cpu": "3"}},
+        containers=[builders.container("100m", "128Mi", extended={"nvidia.com/gpu": "1"})],
+    )
+    assert podlib.requests(limited)["cpu"] == 3000 and podlib.requests(limited)["nvidia.com/gpu"] == 1
+    assert podlib.requests(limited)["memory"] == 128 << 20
+    [claim] = simulate([pod]).new_nodeclaims
+    assert all(it.allocatable["cpu"] >= 6000 for it in claim.instance_types)
+
+
+# -- the AMI family (item 8) ------------------------------------------------------------------------
+
+
+class _SSM:
+    def get_parameter(self, Name: str) -> dict[str, Any]:  # noqa: N803 - boto3's keyword
+        return {"Parameter": {"Value": "ami-0123456789abcdef0"}}
+
+
+class _EC2:
+    def describe_images(self, **_: Any) -> dict[str, Any]:
+        return {"Images": []}
+
+
+def test_ami_family_custom_with_an_alias_is_custom_everywhere() -> None:
+    spec = {**builders.nodeclass()["spec"], "amiFamily": "Custom"}
+    manifest = {**builders.nodeclass(), "spec": spec}
+    assert EC2NodeClass.model_validate(manifest).resolved_ami_family() == "Custom"
+    resolver = NodeClassResolver(_EC2(), _SSM(), None, "demo", "1.31")
+    family, images = resolver.images(spec["amiSelectorTerms"], spec["amiFamily"])
+    assert family == "Custom" and images
+    assert offline_nodeclass(manifest, ["us-east-1a"]).ami_family == "Custom"
+    # Without amiFamily, the alias decides.
+    plain = builders.nodeclass()
+    assert offline_nodeclass(plain, ["us-east-1a"]).ami_family == "AL2023"
+    assert resolver.images(plain["spec"]["amiSelectorTerms"], None)[0] == "AL2023"
