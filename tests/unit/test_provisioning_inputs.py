@@ -10,7 +10,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from serverless_karpenter.adapters.ec2 import NodeClassResolver, ResolvedNodeClass
+from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.provisioning.provisioner import ClusterState, simulate_provisioning
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling.scheduler import SchedulingResult
@@ -203,3 +205,63 @@ def test_ami_family_custom_with_an_alias_is_custom_everywhere() -> None:
     plain = builders.nodeclass()
     assert offline_nodeclass(plain, ["us-east-1a"]).ami_family == "AL2023"
     assert resolver.images(plain["spec"]["amiSelectorTerms"], None)[0] == "AL2023"
+
+
+# -- NodePool limits (item 2) -----------------------------------------------------------------------
+
+
+def pool_node(name: str, cpu: str = "8", **fields: Any) -> dict[str, Any]:
+    """A node of NodePool "default" that has no room left for pending pods."""
+    node = builders.node(
+        name, "100m", labels={wk.NODEPOOL: "default"}, provider_id=f"aws:///{name}", **fields
+    )
+    node["status"]["capacity"] = {"cpu": cpu, "memory": "32Gi", "pods": "110"}
+    return node
+
+
+def record(name: str, *, node: str | None = None, state: NodeClaimState = NodeClaimState.REGISTERED) -> Any:
+    return NodeClaimRecord(
+        name=name,
+        nodepool="default",
+        nodeclass="default",
+        state=state,
+        node_name=node,
+        provider_id=f"aws:///{node}" if node else None,
+        capacity={"cpu": 8000, "memory": 32 << 30, "pods": 110},
+        created_at=NOW,
+    )
+
+
+def test_existing_nodes_of_a_nodepool_count_against_its_limits_once() -> None:
+    limited = builders.nodepool(limits={"cpu": 10})
+    # 8 of the 10 CPUs are a Node's (with or without its NodeClaim record): a 4-CPU node would exceed.
+    for records in ([], [record("default-abcde", node="n1")]):
+        result = simulate(
+            [pending("web", "3")], nodepools=[limited], nodes=[pool_node("n1")], records=records
+        )
+        assert result.new_nodeclaims == []
+        assert "limits" in result.unschedulable["default/web"]["default"]
+        # A 2-CPU node still fits under the limit: the record is not counted a second time.
+        [claim] = simulate(
+            [pending("web", "1")], nodepools=[limited], nodes=[pool_node("n1")], records=records
+        ).new_nodeclaims
+        assert {it.capacity["cpu"] for it in claim.instance_types} == {2000}
+    # A record whose Node has not registered yet counts as its capacity.
+    result = simulate([pending("web", "3")], nodepools=[limited], records=[record("default-fghij")])
+    assert result.new_nodeclaims == []
+
+
+def test_limits_nodes_counts_each_node_and_each_new_nodeclaim() -> None:
+    limited = builders.nodepool(limits={"nodes": 2})
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "solo"}}, "topologyKey": wk.HOSTNAME}
+            ]
+        }
+    }
+    pods = [pending(f"solo-{i}", labels={"app": "solo"}, affinity=anti) for i in range(3)]
+    result = simulate(pods, nodepools=[limited], nodes=[pool_node("n1")])
+    assert len(result.new_nodeclaims) == 1
+    reasons = [r["default"] for r in result.unschedulable.values()]
+    assert len(reasons) == 2 and all("node limits have been exhausted" in r for r in reasons)

@@ -191,6 +191,34 @@ def existing_capacity(
     return out
 
 
+def nodepool_usage(
+    nodes: Sequence[Mapping[str, Any]], records: Sequence[NodeClaimRecord]
+) -> dict[str, resources.ResourceList]:
+    """What each NodePool's nodes use of its ``limits``: Karpenter's cluster state, where every node
+    labelled with the NodePool (a Node with no NodeClaim record too) and every NodeClaim not yet a Node
+    counts its capacity plus one ``nodes``. A record whose Node exists counts once, as the Node. Nodes
+    being deleted or disrupted count no more (Karpenter's MarkedForDeletion), so their replacements fit."""
+    usage: dict[str, resources.ResourceList] = {}
+
+    def add(pool: str, capacity: Mapping[str, int]) -> None:
+        usage[pool] = resources.merge(usage.get(pool, {}), capacity, {resources.NODES: 1})
+
+    present: set[str] = set()
+    for node in nodes:
+        meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+        present.update(filter(None, (meta.get("name"), spec.get("providerID"))))
+        pool = (meta.get("labels") or {}).get(wk.NODEPOOL)
+        if not pool or meta.get("deletionTimestamp") or is_node_deleting(node):
+            continue
+        status = node.get("status") or {}
+        add(pool, resources.parse_list(status.get("capacity") or status.get("allocatable")))
+    for record in records:
+        if not record.is_active or {record.node_name, record.provider_id} & present:
+            continue
+        add(record.nodepool, record.expected_capacity())
+    return usage
+
+
 @dataclass
 class ClusterState:
     """Everything the provisioning simulation reads: from the API server live, from manifests in ``plan``."""
@@ -226,14 +254,13 @@ def simulate_provisioning(
     Karpenter's scheduling of the pending pods, then the cost solver's repacking of the new NodeClaims
     (with its report; None when nothing new is needed). NodePools that cannot be used give their reason
     to every unschedulable pod. The templates are returned too, for what a pass reports on NodePools."""
-    usage: dict[str, resources.ResourceList] = {}
-    for record in state.records:
-        if record.is_active or record.is_deleting:
-            usage[record.nodepool] = resources.merge(
-                usage.get(record.nodepool, {}), record.expected_capacity()
-            )
     templates, problems = build_templates(
-        state.nodepools, state.resolved, state.nodeclass_specs, plane, state.daemonsets, usage
+        state.nodepools,
+        state.resolved,
+        state.nodeclass_specs,
+        plane,
+        state.daemonsets,
+        nodepool_usage(state.nodes, state.records),
     )
     for invalid in state.invalid_nodepools:
         problems[invalid.name] = f"NodePool is not valid: {invalid.problem}"

@@ -25,6 +25,8 @@ AMD_GPU = "amd.com/gpu"
 AWS_NEURON = "aws.amazon.com/neuron"
 AWS_NEURON_CORE = "aws.amazon.com/neuroncore"
 EFA = "vpc.amazonaws.com/efa"
+# Karpenter's resources.Node: a NodePool's ``limits.nodes``; every node (and NodeClaim) counts 1.
+NODES = "nodes"
 
 _MILLI_RESOURCES = frozenset({CPU})
 _BINARY_UNITS = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))

@@ -728,9 +728,11 @@ class Scheduler:
             return _resource_reason(name, state.requests, template.daemon_overhead, merged, compatible)
         remaining = self._remaining[name]
         if remaining is not None:
-            # Only the resources the NodePool limits count.
+            if remaining.get(resources.NODES, 1) <= 0:
+                return f'nodepool "{name}" limits: node limits have been exhausted for nodepool'
+            # Only the resources the NodePool limits count; a new node is one of limits.nodes.
             within = [
-                v for v in fitting if all(v.it.capacity.get(k, 0) <= room for k, room in remaining.items())
+                v for v in fitting if all(_limited_capacity(v.it, k) <= room for k, room in remaining.items())
             ]
             if not within:
                 return _limits_reason(name, remaining, fitting)
@@ -754,8 +756,9 @@ class Scheduler:
         )
         if remaining is not None:
             # Reserve the largest option's capacity, as Karpenter does, so limits are never overshot.
-            largest = resources.maximum(v.it.capacity for v in fitting)
-            self._remaining[name] = resources.subtract(remaining, {k: largest.get(k, 0) for k in remaining})
+            self._remaining[name] = resources.subtract(
+                remaining, {k: max(_limited_capacity(v.it, k) for v in fitting) for k in remaining}
+            )
         entry = _Claim(claim, pool, fitting)
         entry.refresh_room()
         self._claims.append(entry)
@@ -872,11 +875,16 @@ def _pool_domains(template: NodePoolTemplate, views: Sequence[_TypeView], key: s
     return {v for v in values if requirement.has(v)}
 
 
+def _limited_capacity(it: InstanceTypeLike, key: str) -> int:
+    """What a node of type ``it`` uses of a NodePool limit on ``key``."""
+    return 1 if key == resources.NODES else it.capacity.get(key, 0)
+
+
 def _limits_reason(nodepool: str, remaining: Mapping[str, int], fitting: Sequence[_TypeView]) -> str:
     keys = sorted(remaining)
-    smallest = min(fitting, key=lambda v: tuple(v.it.capacity.get(k, 0) for k in keys))
+    smallest = min(fitting, key=lambda v: tuple(_limited_capacity(v.it, k) for k in keys))
     left = " ".join(f"{k}={resources.format_quantity(k, max(remaining[k], 0))}" for k in keys)
-    needs = " ".join(f"{k}={resources.format_quantity(k, smallest.it.capacity.get(k, 0))}" for k in keys)
+    needs = " ".join(f"{k}={resources.format_quantity(k, _limited_capacity(smallest.it, k))}" for k in keys)
     return (
         f'nodepool "{nodepool}" limits: remaining {left}; the smallest instance type that fits '
         f"({smallest.it.name}) has {needs}"
