@@ -12,10 +12,10 @@ from typing import Any
 from serverless_karpenter.adapters.ec2 import NodeClassResolver, ResolvedNodeClass
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
-from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 from serverless_karpenter.provisioning.provisioner import ClusterState, simulate_provisioning
 from serverless_karpenter.scheduling import pods as podlib
-from serverless_karpenter.scheduling.scheduler import SchedulingResult
+from serverless_karpenter.scheduling.scheduler import SchedulingResult, choose_offering
 from serverless_karpenter.scheduling.volumes import VolumeIndex
 from serverless_karpenter.termination.handoff import pods_on_deleting_nodes
 from serverless_karpenter_cli.plan import offline_nodeclass
@@ -265,3 +265,174 @@ def test_limits_nodes_counts_each_node_and_each_new_nodeclaim() -> None:
     assert len(result.new_nodeclaims) == 1
     reasons = [r["default"] for r in result.unschedulable.values()]
     assert len(reasons) == 2 and all("node limits have been exhausted" in r for r in reasons)
+
+
+# -- DaemonSets (item 1) ----------------------------------------------------------------------------
+
+
+def daemonset(
+    name: str, cpu: str = "1", *, host_ports: Sequence[int] = (), **pod_spec: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"ds": name}},
+            "template": {
+                "metadata": {"labels": {"ds": name}},
+                "spec": {"containers": [builders.container(cpu, "128Mi", host_ports=host_ports)], **pod_spec},
+            },
+        },
+    }
+
+
+def both_arches() -> dict[str, Any]:
+    pool = builders.nodepool()
+    requirements = [r for r in pool["spec"]["template"]["spec"]["requirements"] if r["key"] != wk.ARCH]
+    pool["spec"]["template"]["spec"] = {**pool["spec"]["template"]["spec"], "requirements": requirements}
+    return pool
+
+
+def test_a_daemonset_is_charged_only_to_the_instance_types_it_runs_on() -> None:
+    # Karpenter's "should not count daemonset overhead for instance types the daemonset cannot run on".
+    arm_only = daemonset("arm-agent", "3", nodeSelector={wk.ARCH: "arm64"})
+    family = daemonset(
+        "c6a-agent",
+        "3",
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": wk.INSTANCE_FAMILY, "operator": "In", "values": ["c6a"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+    )
+    result = simulate([pending("web", "1")], nodepools=[both_arches()], daemonsets=[arm_only, family])
+    [claim] = result.new_nodeclaims
+    by_name = {it.name: it for it in claim.instance_types}
+    # 2-vCPU amd64 types keep their room for the pod: neither DaemonSet runs there.
+    assert "c6i.large" in by_name and "m6a.large" in by_name
+    # Where a 3-CPU DaemonSet does run, a 2-vCPU type is too small.
+    assert "c6g.large" not in by_name and "c6a.large" not in by_name
+    assert claim.daemon_overhead.get("cpu", 0) == 0  # the least any of its types' DaemonSets take
+
+
+def test_daemonset_host_ports_are_taken_on_a_new_node() -> None:
+    web = pending("web", "1", host_ports=[80])
+    # Karpenter's "should not schedule pods with conflicting host ports with daemonsets".
+    result = simulate([web], daemonsets=[daemonset("ingress", "100m", host_ports=[80])])
+    assert result.new_nodeclaims == []
+    assert "hostPort 80/TCP is taken by a DaemonSet" in result.unschedulable["default/web"]["default"]
+    # Where the DaemonSet does not run (arm64 only), the port is free.
+    arm_ingress = daemonset("ingress", "100m", host_ports=[80], nodeSelector={wk.ARCH: "arm64"})
+    [claim] = simulate([web], nodepools=[both_arches()], daemonsets=[arm_ingress]).new_nodeclaims
+    assert {it.labels[wk.ARCH] for it in claim.instance_types} == {"amd64"}
+
+
+def test_an_existing_node_keeps_room_for_daemonsets_not_running_there_yet() -> None:
+    node = builders.node("n1", "4", labels={wk.ARCH: "amd64", wk.OS: "linux"})
+    web = pending("web", "3500m")
+    agent = daemonset("agent", "1")
+    # Without the DaemonSet the pod fits on the node.
+    assert simulate([web], nodes=[node]).existing == {"n1": ["default/web"]}
+    # The agent will run there and take 1 CPU: the pod needs a new node.
+    result = simulate([web], nodes=[node], daemonsets=[agent])
+    assert result.existing == {} and len(result.new_nodeclaims) == 1
+    # Once the agent runs there it is counted once, not twice.
+    running = builders.pod("agent-x", "1", "128Mi", node="n1", owner="DaemonSet")
+    small = pending("small", "2500m")
+    assert simulate([small], nodes=[node], bound_pods=[running], daemonsets=[agent]).existing == {
+        "n1": ["default/small"]
+    }
+    # A DaemonSet that will not run on the node (arm64 only) takes nothing of it.
+    arm = daemonset("agent", "1", nodeSelector={wk.ARCH: "arm64"})
+    assert simulate([web], nodes=[node], daemonsets=[arm]).existing == {"n1": ["default/web"]}
+
+
+# -- nodes still starting (item 3) ------------------------------------------------------------------
+
+STARTUP = {"key": "example.com/agent-not-ready", "value": "true", "effect": "NoSchedule"}
+
+
+def test_a_node_still_starting_is_used_despite_its_startup_and_ephemeral_taints() -> None:
+    pool = builders.nodepool()
+    pool["spec"]["template"]["spec"] = {**pool["spec"]["template"]["spec"], "startupTaints": [STARTUP]}
+    taints = [
+        STARTUP,
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"},
+    ]
+    starting = builders.node("n1", labels={wk.NODEPOOL: "default", wk.ARCH: "amd64"}, taints=taints)
+    assert simulate([pending("web")], nodepools=[pool], nodes=[starting]).existing == {"n1": ["default/web"]}
+    # Once initialized, a startup taint that is back means what it says.
+    initialized = builders.node(
+        "n1", labels={wk.NODEPOOL: "default", wk.INITIALIZED: "true", wk.ARCH: "amd64"}, taints=[STARTUP]
+    )
+    result = simulate([pending("web")], nodepools=[pool], nodes=[initialized])
+    assert result.existing == {} and len(result.new_nodeclaims) == 1
+    # A node that is not Karpenter's keeps every taint (Karpenter's Initialized() is true for it).
+    foreign = builders.node("n2", taints=taints[1:2])
+    assert simulate([pending("web")], nodepools=[pool], nodes=[foreign]).existing == {}
+
+
+# -- in-flight NodeClaims (item 4) ------------------------------------------------------------------
+
+
+def launched(claim: Any, name: str) -> NodeClaimRecord:
+    """The record of a claim the provisioner launched, as CreateFleet filled it in."""
+    chosen = choose_offering(claim)
+    assert chosen is not None
+    it = next(it for it in claim.instance_types if it.name == chosen.instance_type)
+    return NodeClaimRecord(
+        name=name,
+        nodepool=claim.nodepool,
+        nodeclass=claim.nodeclass,
+        state=NodeClaimState.LAUNCHED,
+        requirements=[r for req in claim.requirements.values() for r in req.to_node_selector_requirements()],
+        instance_type_options=[
+            InstanceTypeOption(
+                name=o.name, arch=o.labels[wk.ARCH], offerings=[], allocatable=dict(o.allocatable)
+            )
+            for o in claim.instance_types
+        ],
+        daemon_overhead=dict(claim.daemon_overhead),
+        pods=list(claim.pods),
+        labels={**claim.requirements.labels(), **claim.labels},
+        instance_id="i-0123456789abcdef0",
+        instance_type=chosen.instance_type,
+        zone=chosen.zone,
+        capacity_type=chosen.capacity_type,
+        allocatable=dict(it.allocatable),
+        created_at=NOW,
+    )
+
+
+def test_pods_asking_for_instance_labels_wait_for_the_launched_nodeclaim_rather_than_launch_again() -> None:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": wk.INSTANCE_TYPE, "operator": "In", "values": ["c6a.xlarge"]},
+                            {"key": "karpenter.k8s.aws/instance-cpu", "operator": "Gt", "values": ["2"]},
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    pods = [pending(f"web-{i}", "1", affinity=affinity) for i in range(2)]
+    [claim] = simulate(pods).new_nodeclaims
+    record = launched(claim, "default-abcde")
+    # The next batch (the same pods, still pending a second later) finds the launched NodeClaim.
+    again = simulate(pods, records=[record])
+    assert again.new_nodeclaims == []
+    assert again.existing == {"nodeclaim/default-abcde": ["default/web-0", "default/web-1"]}

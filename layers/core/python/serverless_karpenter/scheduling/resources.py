@@ -83,6 +83,16 @@ def maximum(lists: Iterable[Mapping[str, int]]) -> ResourceList:
     return out
 
 
+def minimum(lists: Iterable[Mapping[str, int]]) -> ResourceList:
+    """The per-resource minimum of the lists, an absent resource counting as 0 (so only what every list
+    names is left)."""
+    lists = list(lists)
+    if not lists:
+        return {}
+    names = set(lists[0]).intersection(*lists[1:])
+    return {name: min(rl[name] for rl in lists) for name in names if min(rl[name] for rl in lists) > 0}
+
+
 def exceeded(requests: Mapping[str, int], available: Mapping[str, int]) -> list[str]:
     """The resources whose request is more than is available (an absent resource counts as 0)."""
     return [name for name, v in requests.items() if v > 0 and v > available.get(name, 0)]
