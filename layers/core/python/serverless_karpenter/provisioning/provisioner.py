@@ -142,7 +142,7 @@ def existing_capacity(
     records: Sequence[NodeClaimRecord],
     *,
     nodepools: Sequence[Mapping[str, Any]] = (),
-    daemonsets: Sequence[Mapping[str, Any]] = (),
+    daemon_pods: Sequence[Mapping[str, Any]] = (),
     instance_type_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[ExistingCapacity]:
     """Nodes that take pods, then in-flight NodeClaims whose node has not registered yet.
@@ -150,7 +150,8 @@ def existing_capacity(
     Nodes being deleted (or tainted for disruption) are not capacity: their pods are rescheduled. As
     Karpenter's cluster state: a node of ours not yet initialized is taken without the taints it will
     lose (Karpenter's known ephemeral taints and its NodePool's startupTaints), and each node keeps room
-    for the ``daemonsets`` that will run there but have no pod on it yet. A launched NodeClaim carries
+    for the DaemonSets that will run there but have no pod on it yet (``daemon_pods``: their pods, as
+    :func:`daemonsets.daemonset_pod` makes them). A launched NodeClaim carries
     the labels of what is known of it (``instance_type_labels``: the launched type's, by name)."""
     used: dict[str, list[Mapping[str, Any]]] = {}
     for pod in bound_pods:
@@ -164,7 +165,6 @@ def existing_capacity(
         )
         for np in nodepools
     }
-    daemon_pods = [daemonset_pod(ds) for ds in daemonsets]
     out: list[ExistingCapacity] = []
     provider_ids = set()
     for node in nodes:
@@ -332,7 +332,7 @@ def simulate_provisioning(
         state.bound_pods,
         state.records,
         nodepools=state.nodepools,
-        daemonsets=state.daemonsets,
+        daemon_pods=[daemonset_pod(ds) for ds in state.daemonsets],
         instance_type_labels={it.name: it.labels for t in templates for it in t.instance_types},
     )
     result = Scheduler(templates, capacity, namespaces=state.namespaces, volumes=state.volumes).solve(pending)
