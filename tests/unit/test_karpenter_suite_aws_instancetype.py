@@ -987,10 +987,9 @@ def test_ice_falls_back_to_another_type() -> None:
     assert len(out["nodeclaims"]) == 2, out["nodeclaims"]
     for name in ("a", "b"):
         labels = scheduled_on(out, name)
-        assert (
-            labels[wk.INSTANCE_ACCELERATOR_NAME] == "inferentia2"
-            and labels[wk.INSTANCE_TYPE] != "inf2.24xlarge"
-        )
+        # Karpenter's fake has only inferentia2 types; the real catalog's cheapest one-device type is inf1.
+        assert labels[wk.INSTANCE_ACCELERATOR_NAME].startswith("inferentia")
+        assert labels[wk.INSTANCE_TYPE] != "inf2.24xlarge"
 
 
 @pytest.mark.parametrize("instance_type", ["g5.12xlarge", "p5.48xlarge"])
