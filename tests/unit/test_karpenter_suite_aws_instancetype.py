@@ -11,10 +11,13 @@ needs instance types or prices of its own, and ``build_plan`` for what a pod get
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import boto3
 import pytest
+from moto import mock_aws
+from serverless_karpenter.adapters.ec2 import NodeClassResolver, ResolvedNodeClass, _block_device
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog import (
     DEFAULT_OPTIONS,
@@ -1167,3 +1170,135 @@ def test_spot_where_a_zone_has_a_spot_price() -> None:
         and labels[wk.ZONE] == "us-east-1a"
         and labels[wk.CAPACITY_TYPE] == SPOT
     )
+
+
+# -- Ephemeral Storage and Metadata Options (the launch template) ---------------------------------------
+# The launch template is what NodeClassResolver and FleetLauncher make of the EC2NodeClass; a resolver
+# against moto shows it without launching.
+
+
+@pytest.fixture(scope="module")
+def resolver() -> Iterator[Any]:
+    # One moto account for the module: setting it up costs about a second.
+    with pytest.MonkeyPatch.context() as monkeypatch, mock_aws():
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            monkeypatch.setenv(name, "testing")
+        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+        ec2: Any = boto3.client("ec2", region_name=REGION)
+        vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        tags = [{"Key": "karpenter.sh/discovery", "Value": "test"}]
+        ec2.create_subnet(
+            VpcId=vpc,
+            CidrBlock="10.0.0.0/20",
+            AvailabilityZone="us-east-1a",
+            TagSpecifications=[{"ResourceType": "subnet", "Tags": tags}],
+        )
+        ec2.create_security_group(
+            GroupName="nodes",
+            Description="nodes",
+            VpcId=vpc,
+            TagSpecifications=[{"ResourceType": "security-group", "Tags": tags}],
+        )
+        image = ec2.describe_images(
+            Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-2.0.20180810-x86_64-gp2"]}]
+        )["Images"][0]["ImageId"]
+        plane = NodeClassResolver(
+            ec2,
+            boto3.client("ssm", region_name=REGION),
+            boto3.client("iam", region_name=REGION),
+            "test",
+            "1.31",
+        )
+
+        def resolve_spec(**spec: Any) -> ResolvedNodeClass:
+            manifest = nodeclass_manifest(
+                amiFamily="AL2023", amiSelectorTerms=[{"id": image}], instanceProfile="nodes"
+            )
+            manifest["spec"].update(spec)
+            return plane.resolve(manifest)
+
+        yield resolve_spec
+
+
+SNAPSHOT_MAPPING = {
+    "deviceName": "/dev/xvda",
+    "ebs": {"snapshotID": "snap-xxxxxxxx", "volumeInitializationRate": 100},
+}
+BDM_CASES = [
+    pytest.param("capacity", id="capacity"),
+    pytest.param(
+        "launch-template",
+        id="launch-template",
+        marks=pytest.mark.xfail(
+            strict=True, reason="deviation: volumeInitializationRate is dropped from the template"
+        ),
+    ),
+]
+
+
+def _ephemeral_default(resolver: Any, part: str, family: str, device: str) -> None:
+    """A mapping with a snapshot and no volumeSize: 20Gi of ephemeral storage, and the template carries
+    the mapping as given."""
+    mapping = {**SNAPSHOT_MAPPING, "deviceName": device}
+    if part == "capacity":
+        bdm = [BlockDeviceMapping(device_name=device, volume_size=None)]
+        assert resolve("m5.large", family=family, block_device_mappings=bdm).capacity[
+            resources.EPHEMERAL_STORAGE
+        ] == q("ephemeral-storage", "20Gi")
+        return
+    resolved = resolver(amiFamily=family, blockDeviceMappings=[mapping])
+    assert [_block_device(b) for b in resolved.block_device_mappings] == [
+        {"DeviceName": device, "Ebs": {"SnapshotId": "snap-xxxxxxxx", "VolumeInitializationRate": 100}}
+    ]
+
+
+@pytest.mark.parametrize("part", BDM_CASES)
+def test_ephemeral_storage_default_for_custom_amis(resolver: Any, part: str) -> None:
+    """InstanceTypeProvider > Ephemeral Storage > should default to EBS defaults when volumeSize is not
+    defined in blockDeviceMappings for custom AMIs"""
+    _ephemeral_default(resolver, part, "Custom", "/dev/xvda")
+
+
+@pytest.mark.parametrize("part", BDM_CASES)
+def test_ephemeral_storage_default_for_al2_root_volume(resolver: Any, part: str) -> None:
+    """InstanceTypeProvider > Ephemeral Storage > should default to EBS defaults when volumeSize is not
+    defined in blockDeviceMappings for AL2 Root volume"""
+    _ephemeral_default(resolver, part, "AL2", "/dev/xvda")
+
+
+@pytest.mark.parametrize("part", BDM_CASES)
+def test_ephemeral_storage_default_for_al2023_root_volume(resolver: Any, part: str) -> None:
+    """InstanceTypeProvider > Ephemeral Storage > should default to EBS defaults when volumeSize is not
+    defined in blockDeviceMappings for AL2023 Root volume"""
+    _ephemeral_default(resolver, part, "AL2023", "/dev/xvda")
+
+
+@pytest.mark.parametrize("part", BDM_CASES)
+def test_ephemeral_storage_default_for_bottlerocket_root_volume(resolver: Any, part: str) -> None:
+    """InstanceTypeProvider > Ephemeral Storage > should default to EBS defaults when volumeSize is not
+    defined in blockDeviceMappings for Bottlerocket Root volume"""
+    _ephemeral_default(resolver, part, "Bottlerocket", "/dev/xvdb")
+
+
+def test_metadata_options_default(resolver: Any) -> None:
+    """InstanceTypeProvider > Metadata Options > should default metadata options on generated launch
+    template"""
+    assert resolver().metadata_options == {
+        "HttpEndpoint": "enabled",
+        "HttpProtocolIpv6": "disabled",
+        "HttpPutResponseHopLimit": 1,
+        "HttpTokens": "required",
+    }
+
+
+def test_metadata_options_from_the_nodeclass(resolver: Any) -> None:
+    """InstanceTypeProvider > Metadata Options > should set metadata options on generated launch template
+    from nodePool configuration"""
+    options = {"httpEndpoint": "disabled", "httpProtocolIPv6": "enabled", "httpPutResponseHopLimit": 1}
+    resolved = resolver(metadataOptions={**options, "httpTokens": "optional"})
+    assert resolved.metadata_options == {
+        "HttpEndpoint": "disabled",
+        "HttpProtocolIpv6": "enabled",
+        "HttpPutResponseHopLimit": 1,
+        "HttpTokens": "optional",
+    }
