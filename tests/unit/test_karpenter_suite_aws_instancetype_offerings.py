@@ -280,9 +280,9 @@ def test_spot_where_a_zone_has_a_spot_price() -> None:
 @pytest.fixture
 def resolver() -> Any:
     plane = NodeClassResolver(None, None, None, "test", "1.31")
-    plane.subnets = lambda terms: [Subnet("subnet-1", "us-east-1a", "use1-az6", 100)]  # type: ignore[method-assign]
-    plane.security_group_details = lambda terms: [SecurityGroup("sg-1", "nodes")]  # type: ignore[method-assign]
-    plane.images = lambda terms, family: (family or "AL2023", [Image("ami-1", "node", "amd64")])  # type: ignore[method-assign]
+    plane.subnets = lambda terms: [Subnet("subnet-1", "us-east-1a", "use1-az6", 100)]
+    plane.security_group_details = lambda terms: [SecurityGroup("sg-1", "nodes")]
+    plane.images = lambda terms, family: (family or "AL2023", [Image("ami-1", "node", "amd64")])
 
     def resolve_spec(**spec: Any) -> ResolvedNodeClass:
         manifest = nodeclass_manifest(
@@ -426,7 +426,7 @@ def test_cache_returns_the_same_types() -> None:
 def test_kubelet_changes_give_different_types() -> None:
     """InstanceTypeProvider > Provider Cache > changes to kubelet configuration fields should result in a
     different set of instances types"""
-    base = {
+    base: dict[str, Any] = {
         "kubeReserved": {"cpu": "1"},
         "systemReserved": {"cpu": "1"},
         "evictionHard": {"memory.available": "5%"},
@@ -434,7 +434,7 @@ def test_kubelet_changes_give_different_types() -> None:
         "evictionSoftGracePeriod": {"nodefs.available": "1m"},
         "maxPods": 10,
     }
-    changes = [
+    changes: list[dict[str, Any]] = [
         {"kubeReserved": {"cpu": "20"}},
         {"systemReserved": {"memory": "10Gi"}},
         {"evictionHard": {"memory.available": "52%"}},
@@ -511,7 +511,7 @@ class _Source:
 
 
 def _live_provider(source: _Source) -> CatalogInstanceTypes:
-    return CatalogInstanceTypes(REGION, SystemClock(), catalog_source=source)  # type: ignore[arg-type]
+    return CatalogInstanceTypes(REGION, SystemClock(), catalog_source=source)
 
 
 def test_instance_type_info_updates_give_different_types() -> None:
@@ -773,8 +773,8 @@ def _preview_types(overlays: list[Obj]) -> list[Any]:
     provider = CatalogInstanceTypes(
         REGION,
         SystemClock(),
-        catalog_source=source,  # type: ignore[arg-type]
-        prices=_NoPrices(),  # type: ignore[arg-type]
+        catalog_source=source,
+        prices=_NoPrices(),
         overlays=lambda: overlays,
     )
     return [it for it in _list(provider) if it.name == "p5e.48xlarge"]

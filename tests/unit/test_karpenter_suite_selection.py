@@ -134,7 +134,7 @@ def test_schedules_on_one_of_the_cheapest_instances(
     at the catalog's lowest price, and every instance type handed to CreateFleet meets the constraints."""
     types = _shuffled(ASSORTED)
     np = pool("default", nodepool_requirements or BASE_REQUIREMENTS, types=types)
-    spec = {"affinity": affinity(*expressions)} if expressions else {}
+    spec: dict[str, Any] = {"affinity": affinity(*expressions)} if expressions else {}
     result = provision([_bare_pod(**spec)], [np])
     [claim] = result.new_nodeclaims
     assert claim.pods == ["default/p"]
