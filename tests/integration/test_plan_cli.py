@@ -153,6 +153,7 @@ def test_statefulset_claims_follow_their_storage_class(
         "kind": "StorageClass",
         "metadata": {"name": "zonal"},
         "provisioner": "ebs.csi.aws.com",
+        "volumeBindingMode": "WaitForFirstConsumer",
         "allowedTopologies": [{"matchLabelExpressions": [{"key": wk.ZONE, "values": ["us-east-1d"]}]}],
     }
     pv = {

@@ -282,20 +282,21 @@ def test_preferred_anti_affinity_is_honoured_then_relaxed() -> None:
     assert sorted(len(c.pods) for c in result.new_nodeclaims) == [2, 2]
 
 
-def test_zonal_anti_affinity_places_one_pod_per_batch() -> None:
-    # As Karpenter: a new node's zone is not decided yet, so the first pod blocks every zone it could land
-    # in; its siblings wait for the next batch, when the node's zone is known.
+def test_zonal_anti_affinity_respects_a_launched_sibling() -> None:
+    # (Karpenter places one such pod per batch; ours commit to zones and place all in one, see
+    # test_scheduling_domains.) A later batch sees the launched node in its zone and uses the other two.
     anti = affinity("podAntiAffinity", wk.ZONE, APP)
-    result = solve([pod(f"web-{i}", labels=dict(APP), affinity=anti) for i in range(3)])
-    assert len(result.new_nodeclaims) == 1 and len(result.unschedulable) == 2
-    reason = next(iter(result.unschedulable.values()))["default"]
-    assert "pod anti-affinity on topology.kubernetes.io/zone with pods app=web" in reason
-    # The next batch sees the launched node in its zone and uses the other two.
     running = node("n-a", "us-east-1a", cpu=500, pods=[pod("web-0", labels=dict(APP), affinity=anti)])
     again = solve([pod(f"web-{i}", labels=dict(APP), affinity=anti) for i in (1, 2)], existing=[running])
-    assert len(again.new_nodeclaims) == 1 and "us-east-1a" not in str(
-        again.new_nodeclaims[0].requirements.get(wk.ZONE)
+    assert len(again.new_nodeclaims) == 2
+    assert sorted(zone_of(c) for c in again.new_nodeclaims) == ["us-east-1b", "us-east-1c"]
+    third = solve([pod("web-3", labels=dict(APP), affinity=anti)], existing=[running])
+    assert "us-east-1a" not in str(third.new_nodeclaims[0].requirements.get(wk.ZONE))
+    refused = solve(
+        [pod(f"web-{i}", labels=dict(APP), affinity=anti) for i in range(1, 5)], existing=[running]
     )
+    reason = next(iter(refused.unschedulable.values()))["default"]
+    assert "pod anti-affinity on topology.kubernetes.io/zone with pods app=web" in reason
 
 
 def test_preferred_pod_affinity_goes_before_preferred_node_affinity() -> None:

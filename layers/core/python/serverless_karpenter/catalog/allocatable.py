@@ -39,7 +39,6 @@ GIB = 1 << 30
 MEMORY_AVAILABLE = "memory.available"
 NODEFS_AVAILABLE = "nodefs.available"
 
-HABANA_GAUDI = "habana.ai/gaudi"
 PRIVATE_IPV4_ADDRESS = "vpc.amazonaws.com/PrivateIPv4Address"
 
 DEFAULT_VM_MEMORY_OVERHEAD_PERCENT = 0.075
@@ -312,7 +311,7 @@ def compute_capacity(
         resources.POD_ENI: vpc_limits.pod_eni if vpc_limits else 0,
         resources.NVIDIA_GPU: sum(g.count for g in info.gpus if g.manufacturer == "NVIDIA"),
         resources.AMD_GPU: sum(g.count for g in info.gpus if g.manufacturer == "AMD"),
-        HABANA_GAUDI: sum(g.count for g in info.gpus if g.manufacturer == "Habana"),
+        resources.HABANA_GAUDI: sum(g.count for g in info.gpus if g.manufacturer == "Habana"),
         resources.AWS_NEURON: sum(d.count for d in info.neuron_devices or ()),
         resources.AWS_NEURON_CORE: (
             info.neuron_devices[0].count * info.neuron_devices[0].cores_per_device

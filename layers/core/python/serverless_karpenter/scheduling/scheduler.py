@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.daemonsets import NO_DAEMONS, DaemonGroup, group_of, template_terms
 from serverless_karpenter.scheduling.hostports import HostPort, conflict, host_ports
 from serverless_karpenter.scheduling.hostports import describe as describe_port
 from serverless_karpenter.scheduling.preferences import PodState, link, prepare, restricted_requirement
@@ -37,6 +38,15 @@ from serverless_karpenter.scheduling.volumes import VolumeIndex
 OFFERING_KEYS = frozenset({wk.ZONE, wk.CAPACITY_TYPE, wk.ZONE_ID, wk.CAPACITY_RESERVATION_ID})
 # Karpenter passes at most this many instance types to CreateFleet.
 MAX_INSTANCE_TYPES = 60
+# Capacity that makes an instance type exotic (karpenter-provider-aws's ExoticInstanceTypeFilter), with
+# metal sizes: such types launch only when a claim's options leave nothing else.
+EXOTIC_RESOURCES = (
+    resources.NVIDIA_GPU,
+    resources.AMD_GPU,
+    resources.AWS_NEURON,
+    resources.AWS_NEURON_CORE,
+    resources.HABANA_GAUDI,
+)
 
 
 class OfferingLike(Protocol):
@@ -65,7 +75,11 @@ class InstanceTypeLike(Protocol):
 
 @dataclass
 class NodePoolTemplate:
-    """What scheduling needs of a NodePool: its requirements (labels included), taints and room."""
+    """What scheduling needs of a NodePool: its requirements (labels included), taints and room.
+
+    ``daemonsets`` are the pods the cluster's DaemonSets run (:func:`daemonsets.daemonset_pod`); which of
+    them a node runs, so what they take of it, depends on its instance type (:meth:`daemon_groups`).
+    ``daemon_overhead`` is charged to every type besides (a fixed overhead, as some callers give it)."""
 
     name: str
     nodeclass: str
@@ -77,6 +91,65 @@ class NodePoolTemplate:
     daemon_overhead: resources.ResourceList = field(default_factory=dict)
     # Remaining room under spec.limits (None: unlimited).
     remaining: resources.ResourceList | None = None
+    daemonsets: Sequence[Mapping[str, Any]] = ()
+    _groups: tuple[list[DaemonGroup], list[int], dict[str, int]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def daemon_groups(self) -> tuple[list[DaemonGroup], list[int]]:
+        """The distinct DaemonSet groups of this NodePool's nodes, and each instance type's (by position
+        in ``instance_types``): Karpenter's buildDaemonOverheadGroups, computed once per template."""
+        if self._groups is None:
+            self._groups = self._build_groups()
+        return self._groups[0], self._groups[1]
+
+    def overhead_for(self, it: InstanceTypeLike) -> resources.ResourceList:
+        """What the DaemonSets take of a node of type ``it`` of this NodePool."""
+        groups, _ = self.daemon_groups()
+        assert self._groups is not None
+        index = self._groups[2].get(it.name)
+        return groups[index].overhead if index is not None else dict(self.daemon_overhead)
+
+    def _build_groups(self) -> tuple[list[DaemonGroup], list[int], dict[str, int]]:
+        pods = list(self.daemonsets)
+        terms = [template_terms(pod, self.requirements, self.taints) for pod in pods]
+        # A DaemonSet whose terms name no instance-type or offering key runs on every type or none.
+        per_type = [i for i, ts in enumerate(terms) if any(_names_type_keys(t) for t in ts)]
+        everywhere = [i for i, ts in enumerate(terms) if ts and i not in per_type]
+        groups: list[DaemonGroup] = []
+        keys: dict[tuple[int, ...], int] = {}
+        of_type: list[int] = []
+        by_name: dict[str, int] = {}
+        for it in self.instance_types:
+            members = tuple(
+                sorted(
+                    everywhere
+                    + [i for i in per_type if any(instance_type_mismatch(t, it) is None for t in terms[i])]
+                )
+            )
+            index = keys.get(members)
+            if index is None:
+                group = group_of(pods, members)
+                index = keys[members] = len(groups)
+                groups.append(
+                    DaemonGroup(resources.merge(self.daemon_overhead, group.overhead), group.host_ports)
+                )
+            of_type.append(index)
+            by_name[it.name] = index
+        return groups, of_type, by_name
+
+
+def _names_type_keys(requirements: Requirements) -> bool:
+    return any(defined_by_instance_type(key) or key in OFFERING_KEYS for key in requirements)
+
+
+def claim_daemon_overhead(
+    template: NodePoolTemplate, instance_types: Sequence[InstanceTypeLike]
+) -> resources.ResourceList:
+    """A NodeClaim's DaemonSet requests: the least any of its instance types' DaemonSets take
+    (Karpenter's addDaemonRequests, the minimum across the overhead groups it still has types of)."""
+    overheads = {id(o): o for o in (template.overhead_for(it) for it in instance_types)}
+    return resources.minimum(overheads.values())
 
 
 @dataclass
@@ -169,6 +242,24 @@ def instance_type_mismatch(requirements: Requirements, it: InstanceTypeLike) -> 
     return None
 
 
+def is_exotic(it: InstanceTypeLike) -> bool:
+    """A GPU, accelerator or metal type: one a pod gets only when it asks for it."""
+    if "metal" in it.labels.get(wk.INSTANCE_SIZE, ""):
+        return True
+    capacity = it.capacity
+    return any(capacity.get(name, 0) > 0 for name in EXOTIC_RESOURCES)
+
+
+def without_exotic(types: Sequence[InstanceTypeLike], requirements: Requirements) -> list[InstanceTypeLike]:
+    """What CreateFleet is given of a claim's options (Karpenter's exotic filter at launch): the generic
+    types when there are any, so a CPU pod never lands on a cheaper GPU or metal type; all of them when
+    every option is exotic (the pod asked for a GPU, a GPU family, a metal size) or under minValues."""
+    if requirements.has_min_values():
+        return list(types)
+    generic = [it for it in types if not is_exotic(it)]
+    return generic or list(types)
+
+
 def cheapest_offering(requirements: Requirements, it: InstanceTypeLike) -> Any | None:
     allowed = list(filter(offering_filter(requirements), it.offerings))
     return min(allowed, key=lambda o: o.price) if allowed else None
@@ -237,7 +328,7 @@ def truncate_instance_types(result: SchedulingResult) -> SchedulingResult:
     being planned again and refused at every launch."""
     kept: list[NewNodeClaim] = []
     for claim in result.new_nodeclaims:
-        cheapest = claim.instance_types[:MAX_INSTANCE_TYPES]
+        cheapest = without_exotic(claim.instance_types, claim.requirements)[:MAX_INSTANCE_TYPES]
         shortfall = (
             claim.requirements.check_min_values(it.labels for it in cheapest)
             if claim.requirements.has_min_values()
@@ -258,17 +349,24 @@ def truncate_instance_types(result: SchedulingResult) -> SchedulingResult:
 
 
 class _TypeView:
-    """An instance type with its allocatable unpacked, so the hot filters compare plain integers."""
+    """An instance type of a NodePool with what its pods can use unpacked (allocatable less what the
+    DaemonSets of such a node take), so the hot filters compare plain integers with pod requests. A
+    type whose DaemonSets do not fit at all has room for nothing."""
 
-    __slots__ = ("cpu", "extra", "it", "memory", "pods")
+    __slots__ = ("cpu", "daemons", "exotic", "extra", "it", "memory", "pods", "ports")
 
-    def __init__(self, it: InstanceTypeLike) -> None:
-        alloc = it.allocatable
+    def __init__(self, it: InstanceTypeLike, daemons: DaemonGroup = NO_DAEMONS) -> None:
+        net = resources.subtract(it.allocatable, daemons.overhead)
         self.it = it
-        self.cpu = alloc.get(resources.CPU, 0)
-        self.memory = alloc.get(resources.MEMORY, 0)
-        self.pods = alloc.get(resources.PODS, 0)
-        self.extra = {k: v for k, v in alloc.items() if k not in _CORE}
+        self.exotic = is_exotic(it)
+        self.daemons = daemons
+        self.ports = daemons.host_ports
+        self.cpu = net.get(resources.CPU, 0)
+        self.memory = net.get(resources.MEMORY, 0)
+        self.pods = net.get(resources.PODS, 0)
+        self.extra = {k: v for k, v in net.items() if k not in _CORE}
+        if any(v < 0 for v in net.values()):
+            self.cpu = -1
 
     def fits(self, cpu: int, memory: int, pods: int, extra: Mapping[str, int]) -> bool:
         if cpu > self.cpu or memory > self.memory or pods > self.pods:
@@ -296,7 +394,10 @@ class _Pool:
 
     def __init__(self, template: NodePoolTemplate) -> None:
         self.template = template
-        self.views = [_TypeView(it) for it in template.instance_types]
+        groups, of_type = template.daemon_groups()
+        self.views = [
+            _TypeView(it, groups[g]) for it, g in zip(template.instance_types, of_type, strict=True)
+        ]
         self._compatible: dict[Requirements, tuple[list[_TypeView], frozenset[int]]] = {}
 
     def compatible(self, requirements: Requirements) -> tuple[list[_TypeView], frozenset[int]]:
@@ -351,7 +452,8 @@ class _Claim:
                 max(pods_, default=0),
             )
             self.floor = (min(cpus, default=0), min(memories, default=0), min(pods_, default=0))
-        requests = self.claim.requests
+        # The views' room is net of their DaemonSets: only the pods' requests count against it.
+        requests = self.claim.pod_requests
         _, cpu, memory, pods = self._envelope
         self.room_cpu = cpu - requests.get(resources.CPU, 0)
         self.room_memory = memory - requests.get(resources.MEMORY, 0)
@@ -467,15 +569,28 @@ class Scheduler:
         # Domains: what each NodePool can offer, and what each existing node is.
         for pool in self._pools:
             template = pool.template
+            # Only the types the NodePool allows, with their offerings in the zones its node class has
+            # subnets in (offerings come from those), define its domains: a zone no allowed type is
+            # offered in is not one a spread must fill (kubernetes-sigs/karpenter#3272).
+            allowed, _ = pool.compatible(template.requirements) if keys else ([], frozenset())
             for key in keys:
-                for domain in _pool_domains(template, pool.views, key):
+                for domain in _pool_domains(template, allowed, key):
                     topology.register_domain(key, domain, template.taints)
         for entry in existing:
+            capacity = entry.capacity
+            node_labels = entry.domains.single_valued_labels() if capacity.requirements is None else {}
             for key in keys:
                 requirement = entry.domains.get(key)
-                if not requirement.complement:
+                if requirement.complement:
+                    continue
+                if capacity.requirements is None:
+                    # A node (or a launched claim known by its labels): its domain counts for a spread
+                    # only where the spread's node filter takes it.
                     for domain in requirement.values():
-                        topology.register_domain(key, domain, entry.capacity.taints)
+                        topology.register_node_domain(key, domain, node_labels, capacity.taints)
+                else:
+                    for domain in requirement.values():
+                        topology.register_domain(key, domain, capacity.taints)
         link(states + [s for s, _ in bound_states], topology)
         # Counts start from the pods already running.
         for state, entry in bound_states:
@@ -517,6 +632,7 @@ class Scheduler:
         rankings: dict[tuple[int, Requirement, Requirement], list[_TypeView]] = {}
         for entry in self._claims:
             entry.claim.instance_types = self._launch_options(entry, rankings)
+            entry.claim.daemon_overhead = _least_overhead(entry.views)
         return SchedulingResult(
             new_nodeclaims=self._new,
             existing={e.capacity.name: e.capacity.pods for e in existing if e.capacity.pods},
@@ -546,13 +662,18 @@ class Scheduler:
             ranking = rankings[key] = [view for _, _, view in priced]
         members = {id(v) for v in entry.views}
         if not requirements.has_min_values():
-            out: list[InstanceTypeLike] = []
+            # Karpenter's exotic filter, then its truncation to the cheapest types CreateFleet takes.
+            generic: list[InstanceTypeLike] = []
+            exotic: list[InstanceTypeLike] = []
             for view in ranking:
                 if id(view) in members:
-                    out.append(view.it)
-                    if len(out) == MAX_INSTANCE_TYPES:
-                        break
-            return out
+                    if view.exotic:
+                        exotic.append(view.it)
+                    else:
+                        generic.append(view.it)
+                        if len(generic) == MAX_INSTANCE_TYPES:
+                            break
+            return generic or exotic[:MAX_INSTANCE_TYPES]
         ordered = [view.it for view in ranking if id(view) in members]
         limit = MAX_INSTANCE_TYPES
         prefix = requirements.min_values_prefix([it.labels for it in ordered])
@@ -663,7 +784,7 @@ class Scheduler:
                 return "topology"
             if len(narrowed):
                 merged = merged.merged(narrowed)
-        total = resources.merge(claim.requests, state.requests)
+        total = resources.merge(claim.pod_requests, state.requests)
         cpu, memory, pods, extra = _split(total)
         floor_cpu, floor_memory, floor_pods = entry.floor
         if cpu <= floor_cpu and memory <= floor_memory and pods <= floor_pods:
@@ -672,6 +793,8 @@ class Scheduler:
             views = [v for v in entry.views if v.cpu >= cpu and v.memory >= memory and v.pods >= pods]
         if extra:
             views = [v for v in views if v.fits(cpu, memory, pods, extra)]
+        if state.host_ports:
+            views = [v for v in views if not v.ports or conflict(state.host_ports, v.ports) is None]
         if merged is not claim.requirements:
             _, allowed = entry.pool.compatible(merged)
             views = [v for v in views if id(v) in allowed]
@@ -719,22 +842,36 @@ class Scheduler:
         compatible, _ = pool.compatible(merged)
         if not compatible:
             return _no_type_reason(pool, merged)
-        total = resources.merge(state.requests, template.daemon_overhead)
-        cpu, memory, pods, extra = _split(total)
+        if state.host_ports:
+            # A new node starts with its DaemonSets' host ports taken (Karpenter's per-group usage).
+            free = [v for v in compatible if not v.ports or conflict(state.host_ports, v.ports) is None]
+            if not free:
+                clash = conflict(state.host_ports, compatible[0].ports)
+                assert clash is not None
+                return (
+                    f'nodepool "{name}": {describe_port(clash)} is taken by a DaemonSet on every '
+                    "instance type"
+                )
+            compatible = free
+        cpu, memory, pods, extra = _split(state.requests)
         fitting = [v for v in compatible if v.cpu >= cpu and v.memory >= memory and v.pods >= pods]
         if extra:
             fitting = [v for v in fitting if v.fits(cpu, memory, pods, extra)]
         if not fitting:
-            return _resource_reason(name, state.requests, template.daemon_overhead, merged, compatible)
+            return _resource_reason(name, state.requests, merged, compatible)
         remaining = self._remaining[name]
         if remaining is not None:
-            # Only the resources the NodePool limits count.
+            if remaining.get(resources.NODES, 1) <= 0:
+                return f'nodepool "{name}" limits: node limits have been exhausted for nodepool'
+            # Only the resources the NodePool limits count; a new node is one of limits.nodes.
             within = [
-                v for v in fitting if all(v.it.capacity.get(k, 0) <= room for k, room in remaining.items())
+                v for v in fitting if all(_limited_capacity(v.it, k) <= room for k, room in remaining.items())
             ]
             if not within:
                 return _limits_reason(name, remaining, fitting)
             fitting = within
+        if _zonal_anti_affinity(state):
+            merged, fitting = _commit_to_zone(merged, fitting)
         if merged.has_min_values():
             failed = merged.check_min_values([v.it.labels for v in fitting])
             if failed is not None:
@@ -745,7 +882,7 @@ class Scheduler:
             requirements=merged,
             labels=dict(template.labels),
             taints=template.taints,
-            daemon_overhead=dict(template.daemon_overhead),
+            daemon_overhead=_least_overhead(fitting),
             pod_requests=dict(state.requests),
             instance_types=[],
             pods=[state.key],
@@ -754,8 +891,9 @@ class Scheduler:
         )
         if remaining is not None:
             # Reserve the largest option's capacity, as Karpenter does, so limits are never overshot.
-            largest = resources.maximum(v.it.capacity for v in fitting)
-            self._remaining[name] = resources.subtract(remaining, {k: largest.get(k, 0) for k in remaining})
+            self._remaining[name] = resources.subtract(
+                remaining, {k: max(_limited_capacity(v.it, k) for v in fitting) for k in remaining}
+            )
         entry = _Claim(claim, pool, fitting)
         entry.refresh_room()
         self._claims.append(entry)
@@ -832,6 +970,39 @@ class Scheduler:
                 group.record(domain)
 
 
+def _zonal_anti_affinity(state: PodState) -> bool:
+    """Whether the pod has a zonal pod anti-affinity of its own (required, or a preference not yet
+    relaxed). Only then does committing its claim to a zone free the others for its peers; a pod merely
+    selected by another's keeps every zone it may use, for CreateFleet to choose from."""
+    return any(g.key == wk.ZONE for g in (*state.required_anti, *state.preferred_anti))
+
+
+def _commit_to_zone(
+    requirements: Requirements, fitting: list[_TypeView]
+) -> tuple[Requirements, list[_TypeView]]:
+    """Pin a new claim to the zone of its cheapest allowed offering.
+
+    Beyond Karpenter: its claim keeps every allowed zone until launch, so a zonal anti-affinity counts
+    it in all of them and the next such pod waits for the next batch (3 pods, 3 batches). A claim that
+    commits to one zone leaves the others free, so the three place in distinct zones in one batch."""
+    zone = requirements.get(wk.ZONE)
+    if not zone.complement and len(zone.values()) <= 1:
+        return requirements, fitting
+    allowed = offering_filter(requirements)
+    best: tuple[int, float, str] | None = None
+    for view in fitting:
+        for o in view.it.offerings:
+            if allowed(o):
+                candidate = (CAPACITY_RANK.get(o.capacity_type, 3), o.price, o.zone)
+                if best is None or candidate < best:
+                    best = candidate
+    if best is None:
+        return requirements, fitting
+    pinned = requirements.add(Requirement(wk.ZONE, "In", (best[2],)))
+    in_zone = offering_filter(pinned)
+    return pinned, [v for v in fitting if any(map(in_zone, v.it.offerings))]
+
+
 def _within(current: Requirement, narrowing: Requirement) -> bool:
     """Whether ``current`` already allows nothing ``narrowing`` forbids (both plain In sets)."""
     return (
@@ -855,7 +1026,8 @@ def _domains_of(key: str, requirements: Requirements, hostname: str | None, ever
 
 
 def _pool_domains(template: NodePoolTemplate, views: Sequence[_TypeView], key: str) -> set[str]:
-    """The values a NodePool's nodes can take for ``key``: its requirement's, or its types' and offerings'."""
+    """The values a NodePool's nodes can take for ``key``: its requirement's, or those of the types it
+    allows (``views``) and their offerings."""
     requirement = template.requirements.get(key)
     if key == wk.HOSTNAME:
         return set()
@@ -872,11 +1044,16 @@ def _pool_domains(template: NodePoolTemplate, views: Sequence[_TypeView], key: s
     return {v for v in values if requirement.has(v)}
 
 
+def _limited_capacity(it: InstanceTypeLike, key: str) -> int:
+    """What a node of type ``it`` uses of a NodePool limit on ``key``."""
+    return 1 if key == resources.NODES else it.capacity.get(key, 0)
+
+
 def _limits_reason(nodepool: str, remaining: Mapping[str, int], fitting: Sequence[_TypeView]) -> str:
     keys = sorted(remaining)
-    smallest = min(fitting, key=lambda v: tuple(v.it.capacity.get(k, 0) for k in keys))
+    smallest = min(fitting, key=lambda v: tuple(_limited_capacity(v.it, k) for k in keys))
     left = " ".join(f"{k}={resources.format_quantity(k, max(remaining[k], 0))}" for k in keys)
-    needs = " ".join(f"{k}={resources.format_quantity(k, smallest.it.capacity.get(k, 0))}" for k in keys)
+    needs = " ".join(f"{k}={resources.format_quantity(k, _limited_capacity(smallest.it, k))}" for k in keys)
     return (
         f'nodepool "{nodepool}" limits: remaining {left}; the smallest instance type that fits '
         f"({smallest.it.name}) has {needs}"
@@ -897,30 +1074,36 @@ def _no_type_reason(pool: _Pool, requirements: Requirements) -> str:
     return f'no instance type in nodepool "{name}" satisfies all of {_describe(requirements)} at once'
 
 
+def _least_overhead(views: Sequence[_TypeView]) -> resources.ResourceList:
+    """The least DaemonSet overhead among the views (per distinct group, as Karpenter's minimum)."""
+    groups = {id(v.daemons): v.daemons.overhead for v in views}
+    return resources.minimum(groups.values())
+
+
 def _resource_reason(
     nodepool: str,
     requests: Mapping[str, int],
-    overhead: Mapping[str, int],
     requirements: Requirements,
     compatible: Sequence[_TypeView],
 ) -> str:
     shown = {k: v for k, v in requests.items() if k != resources.PODS}
     text = f"requests {resources.format_list(shown)}"
-    overhead_shown = {k: v for k, v in overhead.items() if k != resources.PODS}
+    overhead = _least_overhead(compatible)
+    overhead_shown = {k: v for k, v in overhead.items() if k != resources.PODS and v > 0}
     if overhead_shown:
         text += f" plus daemonset overhead {resources.format_list(overhead_shown)}"
-    total = resources.merge(requests, overhead)
     allowed_by = f'in nodepool "{nodepool}" allowed by {_describe(requirements)}'
-    for name in sorted(total, key=lambda n: (n not in (resources.CPU, resources.MEMORY), n)):
-        if total[name] <= 0:
+    for name in sorted(requests, key=lambda n: (n not in (resources.CPU, resources.MEMORY), n)):
+        if requests[name] <= 0:
             continue
-        best = max((v.it.allocatable.get(name, 0) for v in compatible), default=0)
-        if best == 0:
+        if not any(v.it.allocatable.get(name, 0) for v in compatible):
             return f"{text}; no instance type {allowed_by} offers {name}"
-        if total[name] > best:
+        # What the pods of each type can have of it, its DaemonSets' share taken.
+        best = max(v.it.allocatable.get(name, 0) - v.daemons.overhead.get(name, 0) for v in compatible)
+        if requests[name] > best:
             return (
                 f"{text}; no instance type {allowed_by} has enough {name} "
-                f"(largest allocatable {resources.format_quantity(name, best)})"
+                f"(largest allocatable {resources.format_quantity(name, best + overhead.get(name, 0))})"
             )
     return f"{text}; no single instance type {allowed_by} has room for all of them at once"
 

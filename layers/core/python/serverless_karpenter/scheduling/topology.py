@@ -138,6 +138,8 @@ class TopologyGroup:
     label: str = ""
     counts: dict[str, int] = field(default_factory=dict)
     occupied: set[str] = field(default_factory=set)
+    # Domains the group has from existing nodes its node filter takes.
+    node_domains: set[str] = field(default_factory=set)
     # Spread: (minimum, [(count, domain)] within skew, least first), per kind of pod; dropped whenever
     # the counts or domains change.
     rankings: dict[tuple[Any, ...], tuple[int, list[tuple[int, str]]]] = field(default_factory=dict)
@@ -163,6 +165,12 @@ class TopologyGroup:
             self.counts[domain] = 0
             self.rankings.clear()
 
+    def register_node(self, domain: str, labels: Mapping[str, str], taints: Iterable[Taint]) -> None:
+        if self.node_filter is not None and not self.node_filter.matches_labels(labels, taints):
+            return
+        self.node_domains.add(domain)
+        self.register(domain)
+
     def record(self, domain: str) -> None:
         self.counts[domain] = self.counts.get(domain, 0) + 1
         self.occupied.add(domain)
@@ -184,7 +192,10 @@ class PodTopologyView:
 
     namespace: str
     labels: Mapping[str, str]
-    node_requirements: Requirements  # the pod's current node requirements (domains it may use)
+    # The pod's strict node requirements: its nodeSelector and current required node affinity term,
+    # without preferences. As in Karpenter (and kube-scheduler), a spread's domains and its minimum are
+    # counted from these; a preferred term narrows only the node a pod may take (the node's domains).
+    node_requirements: Requirements
     tolerations: tuple[Toleration, ...]
 
 
@@ -194,8 +205,11 @@ class Topology:
     def __init__(self) -> None:
         self._groups: dict[tuple[Any, ...], TopologyGroup] = {}
         self._inverse: dict[tuple[Any, ...], TopologyGroup] = {}
-        # key -> domain -> the taint sets of the places that offer it (NodePools, existing nodes)
+        # key -> domain -> the taint sets of the places that offer it (NodePools, new NodeClaims)
         self._domains: dict[str, dict[str, list[tuple[Taint, ...]]]] = {}
+        # Existing nodes: key -> [(domain, labels, taints)]. A spread counts a node's domain only when its
+        # node filter (nodeAffinityPolicy, nodeTaintsPolicy) takes the node, as Karpenter's countDomains.
+        self._node_domains: dict[str, list[tuple[str, Mapping[str, str], tuple[Taint, ...]]]] = {}
 
     @property
     def groups(self) -> list[TopologyGroup]:
@@ -213,6 +227,8 @@ class Topology:
         table[group.identity()] = group
         for domain in self._domains.get(group.key, {}):
             group.register(domain)
+        for domain, labels, taints in self._node_domains.get(group.key, ()):
+            group.register_node(domain, labels, taints)
         return group
 
     def register_domain(self, key: str, domain: str, taints: tuple[Taint, ...] = ()) -> None:
@@ -224,20 +240,34 @@ class Topology:
                 if group.key == key:
                     group.register(domain)
 
+    def register_node_domain(
+        self, key: str, domain: str, labels: Mapping[str, str], taints: tuple[Taint, ...]
+    ) -> None:
+        """An existing node's domain: a domain of every group whose node filter takes the node."""
+        self._node_domains.setdefault(key, []).append((domain, labels, taints))
+        for table in (self._groups, self._inverse):
+            for group in table.values():
+                if group.key == key:
+                    group.register_node(domain, labels, taints)
+
     def keys(self) -> set[str]:
         return {g.key for g in self._groups.values()} | {g.key for g in self._inverse.values()}
 
     def eligible_domains(self, group: TopologyGroup, pod: PodTopologyView) -> list[str]:
-        """The domains a spread's minimum is taken over: those the pod's node requirements allow and, with
-        nodeTaintsPolicy Honor, that some place whose taints it tolerates offers."""
+        """The domains a spread's minimum is taken over: the group's domains that the pod's strict node
+        requirements allow and, with nodeTaintsPolicy Honor, that a NodePool whose taints it tolerates
+        offers (an existing node's domain is the group's only if its filter took the node)."""
         allowed = pod.node_requirements.get(group.key)
         out = []
         honor_taints = group.node_filter is not None and group.node_filter.tolerations is not None
-        for domain, places in self._domains.get(group.key, {}).items():
+        offered = self._domains.get(group.key, {})
+        for domain in group.counts:
             if not allowed.has(domain):
                 continue
-            if honor_taints and not any(untolerated(pod.tolerations, t) is None for t in places):
-                continue
+            if honor_taints and domain not in group.node_domains:
+                places = offered.get(domain, ())
+                if not any(untolerated(pod.tolerations, t) is None for t in places):
+                    continue
             out.append(domain)
         return out
 
@@ -264,7 +294,11 @@ class Topology:
             options = [d for d in candidates if group.counts.get(d, 0) > 0 and pod_domains.has(d)]
             if options:
                 return Requirement(key, "In", options)
-            if self_selecting and not group.occupied:
+            # The first of a self-selecting group opens a domain: while no domain the pod may use holds a
+            # matching pod (Karpenter: all domains empty, or none compatible with the pod has one).
+            if self_selecting and not any(
+                group.counts.get(d, 0) > 0 and pod_domains.has(d) for d in group.occupied
+            ):
                 viable = sorted(
                     d for d in (finite if finite is not None else group.counts) if pod_domains.has(d)
                 )

@@ -1,8 +1,10 @@
 """Volume topology: where a pod's persistent volumes let it run, and volumes we cannot reason about.
 
 As Karpenter's ``volumetopology.go``: a bound claim pins the pod to its PersistentVolume's node affinity; an
-unbound one to its StorageClass's ``allowedTopologies``. Only the first term of each is used, as Karpenter
-does. A claim, volume or class that does not exist makes the pod unschedulable, with the name.
+unbound one (WaitForFirstConsumer) to its StorageClass's ``allowedTopologies``; an unbound claim of an
+Immediate class waits for its volume, and the pod is not provisioned for. Only the first term of each is
+used, as Karpenter does. A claim, volume or class that does not exist makes the pod unschedulable, with
+the name.
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ def _class_requirements(sc: Obj) -> list[Requirement]:
     ]
 
 
+def _binds_immediately(sc: Obj) -> bool:
+    # The API server defaults an unset volumeBindingMode to Immediate.
+    return (sc.get("volumeBindingMode") or "Immediate") == "Immediate"
+
+
 def volume_requirements(pod: Obj, index: VolumeIndex) -> tuple[Requirements, str | None]:
     """The node requirements a pod's volumes add, and the first unsupported volume state (or None)."""
     meta = pod.get("metadata") or {}
@@ -105,5 +112,14 @@ def volume_requirements(pod: Obj, index: VolumeIndex) -> tuple[Requirements, str
         sc = index.classes.get(class_name)
         if sc is None:
             return Requirements(), f'volume "{volume.get("name")}": storageclass "{class_name}" not found'
+        if claim_name and f"{namespace}/{claim_name}" in index.claims and _binds_immediately(sc):
+            # Karpenter's ValidatePersistentVolumeClaims: the volume is provisioned (and placed) when
+            # the claim is created, not for the pod, so no node is launched until it is bound.
+            return (
+                Requirements(),
+                f'volume "{volume.get("name")}": persistentvolumeclaim "{namespace}/{claim_name}" is '
+                f'unbound and storageclass "{class_name}" binds Immediate; the pod waits until the '
+                "volume is bound",
+            )
         out += _class_requirements(sc)
     return Requirements(out), None
