@@ -293,7 +293,6 @@ def test_metal_kept_when_a_requirement_has_min_values() -> None:
     assert any("metal" in name for name in options), options
 
 
-@pytest.mark.xfail(strict=True, reason="deviation: metal types are not filtered from the launch options")
 def test_metal_is_deprioritized() -> None:
     """InstanceTypeProvider > should de-prioritize metal"""
     nodepool = nodepool_manifest([req(wk.CAPACITY_TYPE, "In", OD), M5_ONLY])
@@ -301,7 +300,6 @@ def test_metal_is_deprioritized() -> None:
     assert options and not any("metal" in name for name in options), options
 
 
-@pytest.mark.xfail(strict=True, reason="deviation: GPU types are not filtered from the launch options")
 def test_gpu_types_are_deprioritized() -> None:
     """InstanceTypeProvider > should de-prioritize gpu types (on a NodePool allowing m5 and g4dn, where
     price alone would keep g4dn among the options)"""
@@ -351,9 +349,6 @@ PRIVATE_IPV4 = "vpc.amazonaws.com/PrivateIPv4Address"
 WINDOWS_2022 = [{"alias": "windows2022@latest"}]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="deviation: plan reads a windows2022@latest alias as the Custom family"
-)
 def test_private_ipv4_address_on_a_windows_type() -> None:
     """InstanceTypeProvider > should launch vpc.amazonaws.com/PrivateIPv4Address on a compatible instance
     type"""
