@@ -92,11 +92,11 @@ G4DN_LABELS: dict[str, str] = {
 # Labels Karpenter also schedules on: tenancy (we have no instance-tenancy label), the zone id, the EBS
 # CSI driver's zone key (we do not normalize it), and the Windows build (not a label of our Windows
 # types).
-UNSUPPORTED_LABELS: dict[str, str] = {
-    TENANCY: "default",
-    wk.ZONE_ID: "use1-az6",
-    "topology.ebs.csi.aws.com/zone": "us-east-1a",
-}
+UNSUPPORTED_LABELS: dict[str, str] = {TENANCY: "default"}
+EBS_CSI_ZONE = "topology.ebs.csi.aws.com/zone"
+# Labels Karpenter schedules on that are not instance type labels: a zone id, and the EBS CSI driver's
+# zone key (normalized to the zone).
+OFFERING_LABELS: dict[str, str] = {wk.ZONE_ID: "use1-az6", EBS_CSI_ZONE: "us-east-1a"}
 INF2_LABELS: dict[str, str] = {
     **{k: v for k, v in G4DN_LABELS.items() if "gpu" not in k and "local-nvme" not in k},
     wk.INSTANCE_TYPE: "inf2.xlarge",
@@ -133,23 +133,14 @@ def _plan_objects(objects: Sequence[Obj], zones: Sequence[str] = ZONES3) -> Obj:
 def _label_cases() -> list[Any]:
     cases = [pytest.param(k, v, id=k) for k, v in G4DN_LABELS.items()]
     # A zone id other than the first zone's, so that a scheduler ignoring it would be caught.
-    cases.append(
-        pytest.param(
-            wk.ZONE_ID,
-            "use1-az1",
-            id=wk.ZONE_ID,
-            marks=pytest.mark.xfail(
-                strict=True, reason="deviation: a zone-id requirement does not narrow the offering's zone"
-            ),
-        )
-    )
+    cases.append(pytest.param(wk.ZONE_ID, "use1-az1", id=wk.ZONE_ID))
     cases += [
         pytest.param(
             k, v, id=k, marks=pytest.mark.xfail(strict=True, reason=f"deviation: no scheduling on {k}")
         )
         for k, v in {**UNSUPPORTED_LABELS, wk.WINDOWS_BUILD: WINDOWS_2022_BUILD}.items()
-        if k != wk.ZONE_ID
     ]
+    cases.append(pytest.param(EBS_CSI_ZONE, "us-east-1a", id=EBS_CSI_ZONE))
     return cases
 
 
@@ -181,10 +172,10 @@ _NODE_LABEL: dict[str, tuple[str, str]] = {
     [
         pytest.param(G4DN_LABELS, id="supported"),
         pytest.param(
-            {**G4DN_LABELS, **UNSUPPORTED_LABELS},
+            {**G4DN_LABELS, **UNSUPPORTED_LABELS, **OFFERING_LABELS},
             id="karpenter",
             marks=pytest.mark.xfail(
-                strict=True, reason="deviation: tenancy, zone-id and EBS CSI zone labels"
+                strict=True, reason="deviation: no karpenter.k8s.aws/instance-tenancy label"
             ),
         ),
     ],
@@ -202,10 +193,10 @@ def test_combined_instance_type_labels(selector: Mapping[str, str]) -> None:
     [
         pytest.param(INF2_LABELS, id="supported"),
         pytest.param(
-            {**INF2_LABELS, **UNSUPPORTED_LABELS},
+            {**INF2_LABELS, **UNSUPPORTED_LABELS, **OFFERING_LABELS},
             id="karpenter",
             marks=pytest.mark.xfail(
-                strict=True, reason="deviation: tenancy, zone-id and EBS CSI zone labels"
+                strict=True, reason="deviation: no karpenter.k8s.aws/instance-tenancy label"
             ),
         ),
     ],

@@ -206,6 +206,16 @@ def offering_filter(requirements: Requirements) -> Callable[[Any], bool]:
     """Whether an offering is available in the zones and capacity types ``requirements`` allow; the two
     requirements are looked up once, for loops over many offerings."""
     zone, capacity_type = requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)
+    if wk.ZONE_ID in requirements:
+        # A zone id names one zone of the account (use1-az1 is us-east-1b in one account, 1a in
+        # another): an offering whose zone id is unknown cannot be shown to satisfy it.
+        zone_id = requirements.get(wk.ZONE_ID)
+        return lambda o: (
+            o.available
+            and zone.has(o.zone)
+            and capacity_type.has(o.capacity_type)
+            and zone_id.has(getattr(o, "zone_id", None) or "")
+        )
     return lambda o: o.available and zone.has(o.zone) and capacity_type.has(o.capacity_type)
 
 
