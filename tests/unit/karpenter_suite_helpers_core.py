@@ -258,3 +258,84 @@ def upod(name: str, cpu: str | None = None, memory: str | None = None, **fields:
     from tests.builders import pod
 
     return pod(name, cpu, memory, unschedulable=True, **fields)
+
+
+# -- cluster state: nodes as the fake provider launches them, read back the way plan reads a cluster --
+
+
+def node_object(
+    name: str,
+    it: FakeType,
+    *,
+    zone: str = "test-zone-1",
+    capacity_type: str = "on-demand",
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
+    initialized: bool = False,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    """A Node of type ``it`` launched for the suite's NodePool (``initialized`` adds Karpenter's label)."""
+    from tests.builders import node
+
+    alloc = it.allocatable
+    all_labels = {
+        **it.labels,
+        wk.CAPACITY_TYPE: capacity_type,
+        wk.NODEPOOL: "default",
+        **({wk.INITIALIZED: "true", wk.REGISTERED: "true"} if initialized else {}),
+        **(labels or {}),
+    }
+    body = node(
+        name,
+        f"{alloc['cpu']}m",
+        str(alloc["memory"]),
+        pods=str(alloc["pods"]),
+        zone=zone,
+        labels=all_labels,
+        taints=taints,
+        extended={k: str(v) for k, v in alloc.items() if k not in ("cpu", "memory", "pods")},
+    )
+    if deleting:
+        body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return body
+
+
+def bind(p: Mapping[str, Any], node_name: str) -> dict[str, Any]:
+    return {
+        **p,
+        "spec": {**p["spec"], "nodeName": node_name},
+        "status": {"phase": "Running"},
+    }
+
+
+def launch(
+    result: SchedulingResult, pods: Sequence[Mapping[str, Any]], prefix: str = "node"
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The fake provider's launch of every new NodeClaim (cheapest type and offering) with its pods bound,
+    and the pods placed on existing capacity bound there: the cluster the next provisioning pass sees."""
+    by_key = {key(p): p for p in pods}
+    nodes: list[dict[str, Any]] = []
+    bound: list[dict[str, Any]] = []
+    for i, claim in enumerate(result.new_nodeclaims):
+        chosen = choose_offering(claim)
+        assert chosen is not None
+        it = next(t for t in claim.instance_types if t.name == chosen.instance_type)
+        name = f"{prefix}-{i}"
+        nodes.append(
+            node_object(name, it, zone=chosen.zone, capacity_type=chosen.capacity_type, labels=claim.labels)
+        )
+        bound += [bind(by_key[k], name) for k in claim.pods]
+    for name, keys in result.existing.items():
+        bound += [bind(by_key[k], name) for k in keys]
+    return nodes, bound
+
+
+def capacity(
+    nodes: Sequence[Mapping[str, Any]],
+    bound_pods: Sequence[Mapping[str, Any]] = (),
+    records: Sequence[Any] = (),
+) -> list[ExistingCapacity]:
+    """What plan and the provisioner make of the cluster: ``existing_capacity``."""
+    from serverless_karpenter.provisioning.provisioner import existing_capacity
+
+    return existing_capacity(nodes, bound_pods, records)
