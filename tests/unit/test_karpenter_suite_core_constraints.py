@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import pytest
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.provisioning.provisioner import ClusterState, simulate_provisioning
 
 from tests.unit.karpenter_suite_helpers_core import (
     ALL_CAPACITY_TYPES,
+    DEFAULT_TYPES,
     node_affinity,
     node_labels,
     nodepool,
@@ -395,3 +397,40 @@ def test_exists_does_not_widen_an_impossible_in() -> None:
     """Custom Constraints > Scheduling Logic > Exists operator should not overwrite the existing value"""
     p = upod("p", affinity=node_affinity([(ZONE, "In", ["non-existent-zone"]), (ZONE, "Exists", [])]))
     assert not_scheduled(schedule([p]), p)
+
+
+class _FakeTypes:
+    def instance_types(self, nodeclass: object, spec: object) -> list:
+        return list(DEFAULT_TYPES)
+
+
+class _FakePlane:
+    instance_types = _FakeTypes()
+
+
+def test_a_nodepool_that_is_not_ready_schedules_nothing() -> None:
+    """Custom Constraints > Scheduling Logic > should not schedule pods with nodePool which is not ready
+    (a NodePool is not ready here when its EC2NodeClass is not: the pods get that reason)"""
+    manifest = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "requirements": [ALL_CAPACITY_TYPES],
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                }
+            }
+        },
+    }
+    state = ClusterState(
+        nodepools=[manifest],
+        nodeclass_specs={"default": {}},
+        resolved={},
+        nodeclass_errors={"default": "not ready"},
+    )
+    p = upod("p")
+    result, _, _ = simulate_provisioning(state, [p], _FakePlane())
+    assert not result.new_nodeclaims
+    assert "is not a ready EC2NodeClass" in result.unschedulable["default/p"]["default"]
