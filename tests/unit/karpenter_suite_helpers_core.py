@@ -15,6 +15,7 @@ from typing import Any
 
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog import Offering
+from serverless_karpenter.scheduling.daemonsets import daemonset_pod
 from serverless_karpenter.scheduling.scheduler import (
     ExistingCapacity,
     NodePoolTemplate,
@@ -123,8 +124,10 @@ def nodepool(
     types: Sequence[Any] = DEFAULT_TYPES,
     overhead: Mapping[str, int] | None = None,
     remaining: Mapping[str, int] | None = None,
+    daemonsets: Sequence[Mapping[str, Any]] = (),
 ) -> NodePoolTemplate:
-    """The suite's NodePool (all capacity types unless ``requirements`` replace them) over ``types``."""
+    """The suite's NodePool (all capacity types unless ``requirements`` replace them) over ``types``;
+    ``daemonsets`` (DaemonSet objects) run on its nodes as the provisioner charges them, per type."""
     manifest = {
         "metadata": {"name": name},
         "spec": {
@@ -149,6 +152,7 @@ def nodepool(
         list(types),
         dict(overhead or {}),
         dict(remaining) if remaining is not None else None,
+        daemonsets=[daemonset_pod(ds) for ds in daemonsets],
     )
 
 
@@ -334,8 +338,28 @@ def capacity(
     nodes: Sequence[Mapping[str, Any]],
     bound_pods: Sequence[Mapping[str, Any]] = (),
     records: Sequence[Any] = (),
+    *,
+    nodepools: Sequence[Mapping[str, Any]] = (),
+    daemonsets: Sequence[Mapping[str, Any]] = (),
 ) -> list[ExistingCapacity]:
-    """What plan and the provisioner make of the cluster: ``existing_capacity``."""
+    """What plan and the provisioner make of the cluster: ``existing_capacity`` (``nodepools`` as manifests,
+    for their startupTaints; ``daemonsets`` as DaemonSet objects, for the room they keep on nodes)."""
     from serverless_karpenter.provisioning.provisioner import existing_capacity
 
-    return existing_capacity(nodes, bound_pods, records)
+    return existing_capacity(
+        nodes,
+        bound_pods,
+        records,
+        nodepools=nodepools,
+        daemon_pods=[daemonset_pod(ds) for ds in daemonsets],
+    )
+
+
+def daemonset(name: str, template: Mapping[str, Any]) -> dict[str, Any]:
+    """test.DaemonSet: a DaemonSet whose pods are ``template`` (a pod)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"template": {"metadata": dict(template.get("metadata") or {}), "spec": template["spec"]}},
+    }

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
-from serverless_karpenter.provisioning.provisioner import daemon_overhead
 
 from tests.builders import owner_reference
 from tests.unit.karpenter_suite_helpers_core import (
@@ -21,6 +20,7 @@ from tests.unit.karpenter_suite_helpers_core import (
     bind,
     capacity,
     claim_for,
+    daemonset,
     launch,
     node_affinity,
     node_object,
@@ -156,11 +156,6 @@ def test_not_ready_no_execute_is_ephemeral_on_an_uninitialized_node() -> None:
     assert scheduled(schedule([p], existing=capacity([node])), p) == "node-0"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: node.kubernetes.io/not-ready is ignored on every node; Karpenter ignores it only "
-    "while the node is not initialized",
-)
 def test_not_ready_no_execute_counts_once_the_node_is_initialized() -> None:
     """In-Flight Nodes > Taints > should assume pod will schedule to a node with ephemeral taint
     node.kubernetes.io/not-ready:NoExecute when the node is uninitialized (second half: once initialized
@@ -181,11 +176,6 @@ def test_an_initialized_node_with_a_taint_is_avoided() -> None:
 STARTUP_TAINT = {"key": "foo.com/taint", "value": "tainted", "effect": "NoSchedule"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: a NodePool's startupTaints on a node not yet initialized keep pods off it; Karpenter "
-    "expects them to be removed and schedules to the node",
-)
 def test_a_startup_taint_on_an_uninitialized_node_is_ignored() -> None:
     """In-Flight Nodes > Taints > should assume pod will schedule to a tainted node with a custom startup
     taint (the NodePool's startup taint is on the node, which is registered but not initialized)"""
@@ -237,32 +227,35 @@ def test_an_initialized_node_with_not_ready_taints_is_still_in_flight() -> None:
 # -- Daemonsets -------------------------------------------------------------------------------------
 
 
-def ds_pod(name: str, cpu: str, memory: str | None = None, **fields: Any) -> dict[str, Any]:
+def ds_pod(name: str, owner: str, cpu: str, memory: str | None = None, **fields: Any) -> dict[str, Any]:
+    """A pod of DaemonSet ``owner``, as the DaemonSet controller creates it."""
     p = upod(name, cpu, memory, **fields)
-    p["metadata"]["ownerReferences"] = [owner_reference("DaemonSet", "ds")]
+    p["metadata"]["ownerReferences"] = [owner_reference("DaemonSet", owner)]
     return p
 
 
 def test_a_bound_daemonset_pod_leaves_the_rest_of_the_node_to_pods() -> None:
     """In-Flight Nodes > Daemonsets > should track daemonset usage separately so we know how many DS
-    resources are remaining to be scheduled"""
+    resources are remaining to be scheduled (its pod bound, the DaemonSet keeps no more room)"""
+    ds = daemonset("ds", upod("t", "1", "1Gi"))
     node = node_object("node-0", ARM)
-    ds = bind(ds_pod("ds-pod", "1", "2Gi"), "node-0")
+    bound = bind(ds_pod("ds-pod", "ds", "1", "2Gi"), "node-0")
     p = upod("p", **limits("14.9"))
-    assert scheduled(schedule([p], existing=capacity([node], [ds])), p) == "node-0"
+    assert scheduled(schedule([p], existing=capacity([node], [bound], daemonsets=[ds])), p) == "node-0"
 
 
 def test_an_unexpected_daemonset_pod_is_counted_once() -> None:
     """In-Flight Nodes > Daemonsets > should handle unexpected daemonset pods binding to the node"""
-    node = node_object("node-0", ARM, labels={"my-node-label": "value"})
-    ds = bind(ds_pod("ds-pod", "1", "2Gi", nodeSelector={"my-node-label": "value"}), "node-0")
+    selector = {"my-node-label": "value"}
+    ds1 = daemonset("ds1", upod("t", "1", "1Gi", nodeSelector=selector))
+    ds2 = daemonset("ds2", upod("t", "1m"))
+    node = node_object("node-0", ARM, labels=selector)
+    bound = bind(ds_pod("ds-pod", "ds1", "1", "2Gi", nodeSelector=selector), "node-0")
     p = upod("p", **limits("15.5"))
-    assert scheduled(schedule([p], existing=capacity([node], [ds])), p).startswith("new:")
-
-
-def daemonset(requirement_key: str) -> dict[str, Any]:
-    template = upod("t", "1", None, affinity=node_affinity([(requirement_key, "In", ["true"])]))
-    return {"kind": "DaemonSet", "metadata": {"name": requirement_key}, "spec": {"template": template}}
+    existing = capacity([node], [bound], daemonsets=[ds1, ds2])
+    assert scheduled(schedule([p], [nodepool(daemonsets=[ds1, ds2])], existing=existing), p).startswith(
+        "new:"
+    )
 
 
 @pytest.mark.xfail(
@@ -273,15 +266,12 @@ def daemonset(requirement_key: str) -> dict[str, Any]:
 def test_daemonsets_selecting_initialized_or_registered_nodes_count_as_overhead() -> None:
     """In-Flight Nodes > Daemonsets > Should properly handle DaemonSet resources with Node Affinity for
     `karpenter.sh/initialized` and `karpenter.sh/registered`"""
-    template = nodepool()
-    overhead = daemon_overhead(
-        [daemonset(wk.INITIALIZED), daemonset(wk.REGISTERED)],
-        template.requirements,
-        template.labels,
-        template.taints,
-    )
+    daemonsets = [
+        daemonset(key, upod("t", "1", None, affinity=node_affinity([(key, "In", ["true"])])))
+        for key in (wk.INITIALIZED, wk.REGISTERED)
+    ]
     p = upod("p", **limits("2"))
-    result = schedule([p], [nodepool(overhead=overhead)])
+    result = schedule([p], [nodepool(daemonsets=daemonsets)])
     claim = claim_for(result, p)
     assert wk.INITIALIZED not in claim.requirements and wk.REGISTERED not in claim.requirements
     assert wk.INITIALIZED not in claim.labels and wk.REGISTERED not in claim.labels

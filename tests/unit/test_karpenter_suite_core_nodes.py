@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.provisioning.provisioner import daemon_overhead
 from serverless_karpenter.scheduling.inputs import classify
 
 from tests import builders
@@ -19,6 +18,7 @@ from tests.unit.karpenter_suite_helpers_core import (
     VENDOR_A,
     bind,
     capacity,
+    daemonset,
     launch,
     node_affinity,
     node_labels,
@@ -80,18 +80,17 @@ def test_a_pod_the_node_cannot_take_waits_for_a_nodepool() -> None:
 def test_daemonset_overhead_not_strictly_compatible_with_a_node_is_not_subtracted() -> None:
     """Existing Nodes > Daemonsets > should not subtract daemonset overhead that is not strictly compatible
     with an existing node"""
-    ds_template = upod("t", "100", "100Gi", affinity=node_affinity([(wk.ZONE, "In", ["test-zone-1"])]))
-    ds = {"kind": "DaemonSet", "metadata": {"name": "ds"}, "spec": {"template": ds_template}}
-    template = nodepool()
-    overhead = daemon_overhead([ds], template.requirements, template.labels, template.taints)
-    pools = [nodepool(overhead=overhead)]
+    ds = daemonset(
+        "ds", upod("t", "100", "100Gi", affinity=node_affinity([(wk.ZONE, "In", ["test-zone-1"])]))
+    )
+    pools = [nodepool(daemonsets=[ds])]
     node = builders.node("n1", "1", "1Gi", pods="110", labels={wk.INITIALIZED: "true"})
     del node["metadata"]["labels"][wk.ZONE]  # no zone: the DaemonSet may or may not run there
     first = upod("first", "1", "1Gi")
-    result = schedule([first], pools, existing=capacity([node]))
+    result = schedule([first], pools, existing=capacity([node], daemonsets=[ds]))
     assert scheduled(result, first) == "n1"
     second = upod("second", "1", "1Gi")
-    result = schedule([second], pools, existing=capacity([node], [bind(first, "n1")]))
+    result = schedule([second], pools, existing=capacity([node], [bind(first, "n1")], daemonsets=[ds]))
     assert not_scheduled(result, second)
 
 
@@ -210,11 +209,6 @@ def pdb(name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: pods of a deleting node whose eviction a PDB fully blocks are still handed back as "
-    "pending; Karpenter leaves them (they cannot leave the node)",
-)
 @pytest.mark.parametrize(
     "budgets",
     [

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog import Offering
-from serverless_karpenter.provisioning.provisioner import daemon_overhead
 
 from tests.builders import owner_reference
 from tests.unit.karpenter_suite_helpers_core import (
     GI,
     FakeType,
     claim_for,
+    daemonset,
     default_offerings,
     node_affinity,
     node_labels,
@@ -250,7 +250,8 @@ def test_daemonset_dra_requests_are_ignored_by_default() -> None:
     ds_template["spec"]["containers"][0]["resources"]["claims"] = CLAIM
     ds_template["spec"]["resourceClaims"] = [{"name": "gpu-claim", "resourceClaimName": "gpu"}]
     ds_template["metadata"]["ownerReferences"] = [owner_reference("DaemonSet", "dra-daemon")]
-    ds = {"kind": "DaemonSet", "metadata": {"name": "dra-daemon"}, "spec": {"template": ds_template}}
-    template = nodepool(requirements=[])
-    overhead = daemon_overhead([ds], template.requirements, template.labels, template.taints)
-    assert overhead.get("cpu", 0) == 0
+    app = upod("app", "1")
+    result = schedule([app], [nodepool(requirements=[], daemonsets=[daemonset("dra-daemon", ds_template)])])
+    # Only the app pod's cpu: the 2-cpu type (1.9 allocatable) takes it.
+    assert claim_for(result, app).requests.get("cpu") == 1000
+    assert node_labels(result, app)[wk.INSTANCE_TYPE] == "small-instance-type"

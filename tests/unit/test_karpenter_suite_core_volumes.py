@@ -367,11 +367,6 @@ def test_an_ephemeral_volume_without_a_class_uses_the_newest_default_class() -> 
     assert "node-0" not in result.existing and len(result.new_nodeclaims) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: a claim of a volumeBindingMode=Immediate class that is not bound yet is scheduled; "
-    "Karpenter waits for the volume to be bound",
-)
 def test_an_unbound_immediate_claim_waits() -> None:
     """VolumeUsage > should not launch nodes for pod with unbound volume for volumeBindingMode immediate"""
     p = with_claims("p", "tmp-ephemeral")
