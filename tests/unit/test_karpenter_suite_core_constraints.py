@@ -34,15 +34,12 @@ def zone_pool(*zones: str) -> list:
     ]
 
 
-def test_key_pool(*values: str) -> list:
+def key_pool(*values: str) -> list:
     return [
         nodepool(
             requirements=[ALL_CAPACITY_TYPES, {"key": "test-key", "operator": "In", "values": list(values)}]
         )
     ]
-
-
-test_key_pool.__test__ = False  # type: ignore[attr-defined]
 
 
 # -- NodePool with Labels ---------------------------------------------------------------------------
@@ -329,56 +326,56 @@ def test_nodepool_requirement_labels_nodes_of_unconstrained_pods() -> None:
     """Custom Constraints > Scheduling Logic > should schedule unconstrained pods that don't have matching
     node selectors"""
     p = upod("p")
-    assert node_labels(schedule([p], test_key_pool("test-value")), p)["test-key"] == "test-value"
+    assert node_labels(schedule([p], key_pool("test-value")), p)["test-key"] == "test-value"
 
 
 def test_required_in_matching_the_nodepool_requirement_is_scheduled() -> None:
     """Custom Constraints > Scheduling Logic > should schedule pods that have node selectors with matching
     value and In operator"""
     p = upod("p", affinity=node_affinity([("test-key", "In", ["test-value"])]))
-    assert node_labels(schedule([p], test_key_pool("test-value")), p)["test-key"] == "test-value"
+    assert node_labels(schedule([p], key_pool("test-value")), p)["test-key"] == "test-value"
 
 
 def test_required_not_in_the_only_nodepool_value_is_not_scheduled() -> None:
     """Custom Constraints > Scheduling Logic > should not schedule pods that have node selectors with
     matching value and NotIn operator"""
     p = upod("p", affinity=node_affinity([("test-key", "NotIn", ["test-value"])]))
-    assert not_scheduled(schedule([p], test_key_pool("test-value")), p)
+    assert not_scheduled(schedule([p], key_pool("test-value")), p)
 
 
 def test_required_exists_on_a_nodepool_key_is_scheduled() -> None:
     """Custom Constraints > Scheduling Logic > should schedule the pod with Exists operator and defined
     key"""
     p = upod("p", affinity=node_affinity([("test-key", "Exists", [])]))
-    scheduled(schedule([p], test_key_pool("test-value")), p)
+    scheduled(schedule([p], key_pool("test-value")), p)
 
 
 def test_required_does_not_exist_on_a_nodepool_key_is_not_scheduled() -> None:
     """Custom Constraints > Scheduling Logic > should not schedule the pod with DoesNotExists operator and
     defined key"""
     p = upod("p", affinity=node_affinity([("test-key", "DoesNotExist", [])]))
-    assert not_scheduled(schedule([p], test_key_pool("test-value")), p)
+    assert not_scheduled(schedule([p], key_pool("test-value")), p)
 
 
 def test_required_in_another_value_than_the_nodepool_is_not_scheduled() -> None:
     """Custom Constraints > Scheduling Logic > should not schedule pods that have node selectors with
     different value and In operator"""
     p = upod("p", affinity=node_affinity([("test-key", "In", ["another-value"])]))
-    assert not_scheduled(schedule([p], test_key_pool("test-value")), p)
+    assert not_scheduled(schedule([p], key_pool("test-value")), p)
 
 
 def test_required_not_in_another_value_keeps_the_nodepool_value() -> None:
     """Custom Constraints > Scheduling Logic > should schedule pods that have node selectors with different
     value and NotIn operator"""
     p = upod("p", affinity=node_affinity([("test-key", "NotIn", ["another-value"])]))
-    assert node_labels(schedule([p], test_key_pool("test-value")), p)["test-key"] == "test-value"
+    assert node_labels(schedule([p], key_pool("test-value")), p)["test-key"] == "test-value"
 
 
 def test_compatible_requirements_share_a_node() -> None:
     """Custom Constraints > Scheduling Logic > should schedule compatible pods to the same node"""
     a = upod("a", affinity=node_affinity([("test-key", "In", ["test-value"])]))
     b = upod("b", affinity=node_affinity([("test-key", "NotIn", ["another-value"])]))
-    result = schedule([a, b], test_key_pool("test-value", "another-value"))
+    result = schedule([a, b], key_pool("test-value", "another-value"))
     assert scheduled(result, a) == scheduled(result, b)
     assert node_labels(result, a)["test-key"] == node_labels(result, b)["test-key"] == "test-value"
 
@@ -387,7 +384,7 @@ def test_incompatible_requirements_get_different_nodes() -> None:
     """Custom Constraints > Scheduling Logic > should schedule incompatible pods to the different node"""
     a = upod("a", affinity=node_affinity([("test-key", "In", ["test-value"])]))
     b = upod("b", affinity=node_affinity([("test-key", "In", ["another-value"])]))
-    result = schedule([a, b], test_key_pool("test-value", "another-value"))
+    result = schedule([a, b], key_pool("test-value", "another-value"))
     assert scheduled(result, a) != scheduled(result, b)
     assert node_labels(result, a)["test-key"] == "test-value"
     assert node_labels(result, b)["test-key"] == "another-value"
