@@ -112,7 +112,12 @@ class NodePoolTemplate:
 
     def _build_groups(self) -> tuple[list[DaemonGroup], list[int], dict[str, int]]:
         pods = list(self.daemonsets)
-        terms = [template_terms(pod, self.requirements, self.taints) for pod in pods]
+        # A new node will be registered and initialized: a DaemonSet that waits for those labels still
+        # runs there (Karpenter's NodeClaimTemplate adds them for this simulation alone).
+        node_to_be = self.requirements.add(
+            Requirement(wk.REGISTERED, "In", ("true",)), Requirement(wk.INITIALIZED, "In", ("true",))
+        )
+        terms = [template_terms(pod, node_to_be, self.taints) for pod in pods]
         # A DaemonSet whose terms name no instance-type or offering key runs on every type or none.
         per_type = [i for i, ts in enumerate(terms) if any(_names_type_keys(t) for t in ts)]
         everywhere = [i for i, ts in enumerate(terms) if ts and i not in per_type]
