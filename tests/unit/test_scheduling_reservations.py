@@ -11,6 +11,7 @@ from serverless_karpenter.scheduling.daemonsets import daemonset_pod, node_daemo
 from serverless_karpenter.scheduling.requirements import Requirement, Requirements
 from serverless_karpenter.scheduling.reservations import ReservationShortfall
 from serverless_karpenter.scheduling.scheduler import choose_offering, offering_filter
+from serverless_karpenter.solver import improve
 
 from tests.builders import owner_reference
 from tests.unit.karpenter_suite_helpers_core import (
@@ -20,6 +21,7 @@ from tests.unit.karpenter_suite_helpers_core import (
     daemonset,
     default_offerings,
     existing_node,
+    node_affinity,
     node_labels,
     nodepool,
     not_scheduled,
@@ -164,3 +166,16 @@ def test_a_dra_daemonset_takes_no_room_on_existing_nodes() -> None:
     template["metadata"]["ownerReferences"] = [owner_reference("DaemonSet", "dra-daemon")]
     pod = daemonset_pod(daemonset("dra-daemon", template))
     assert node_daemons([pod], {wk.ZONE: "test-zone-1"}, ()) == []
+
+
+def test_the_solver_does_not_repack_past_a_reservations_room() -> None:
+    """py, held to type a, takes a's one reserved instance; the solver would repack p0 and p1 (on b) onto
+    c and a reserved a, planning the reservation twice. It keeps such NodePools' claims as they are."""
+    a = with_reservations(FakeType("a-type", cpu=4, memory=4 * GI), ("r-a", 1))
+    b, c = FakeType("b-type", cpu=8, memory=8 * GI), FakeType("c-type", cpu=6, memory=6 * GI)
+    pool = nodepool(types=(a, b, c))
+    py = upod("py", "1", affinity=node_affinity([(wk.INSTANCE_TYPE, "In", ["a-type"])]))
+    pods = [upod("p0", "5"), upod("p1", "1"), py]
+    result, _ = improve(schedule(pods, [pool]), [pool], 1.0, pods)
+    chosen = [choose_offering(claim) for claim in result.new_nodeclaims]
+    assert sum(1 for o in chosen if o is not None and o.capacity_type == wk.CAPACITY_TYPE_RESERVED) == 1

@@ -89,6 +89,15 @@ class Reservations:
             self.room[rid] += 1
 
 
+def offers_reserved(instance_types: Iterable[Any]) -> bool:
+    """Whether any of these types has a reserved offering (whose room the scheduler alone counts)."""
+    return any(
+        o.capacity_type == wk.CAPACITY_TYPE_RESERVED and getattr(o, "reservation_id", None)
+        for it in instance_types
+        for o in it.offerings
+    )
+
+
 def reserved_requirements(requirements: Requirements, reserved: frozenset[str]) -> Requirements:
     """A claim's requirements once it holds ``reserved`` (Karpenter's FinalizeScheduling): it launches as
     reserved capacity into those reservations only, so two claims never launch into one instance's room."""
