@@ -68,11 +68,15 @@ def use_credentials(credentials: Credentials | None) -> None:
     reset_sessions()
 
 
+@cache
 def client(service: str, region: str) -> Any:
-    """A client for ``service``; clients are cheap to reuse across warm invocations, so callers keep them."""
+    """The process's client for ``service`` in ``region``, made once and reused by every warm
+    invocation: creating one builds its whole class (an EC2 client's ~600 operations), which costs more
+    than most calls made with it. botocore clients are thread-safe."""
     return _session(region).client(service, config=RETRY_CONFIG)  # type: ignore[call-overload]
 
 
 def reset_sessions() -> None:
-    """Forget cached sessions (the simulator changes endpoints between runs)."""
+    """Forget cached sessions and clients (the simulator changes endpoints between runs)."""
     _session.cache_clear()
+    client.cache_clear()
