@@ -3,14 +3,21 @@ them, the default class a claim without one gets, and the provisioner's live rea
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 from serverless_karpenter.adapters.kubernetes import KubernetesError
+from serverless_karpenter.api import labels as wk
 from serverless_karpenter.provisioning.provisioner import Provisioner
 from serverless_karpenter.scheduling.volumes import VolumeIndex, volume_requirements
 from serverless_karpenter.scheduling.volumeusage import EBS_CSI_DRIVER, VolumeUsage, pod_volumes
+from serverless_karpenter_cli.main import main
+
+from tests.builders import nodeclass, nodepool
 
 EBS = EBS_CSI_DRIVER
 
@@ -121,3 +128,27 @@ def test_the_provisioner_reads_csinodes_live(denied: bool) -> None:
     state = Provisioner(SimpleNamespace(kube=kube, resolver=None)).cluster_state([])
     assert state.volumes is not None and "gp3" in state.volumes.classes
     assert state.volumes.limits == ({} if denied else {"n1": {EBS: 25}})
+
+
+def test_plan_reads_csinode_manifests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``serverless-karpenter plan``: a CSINode among the manifests limits its node, and is not ignored."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n1", "labels": {wk.ZONE: "us-east-1a", wk.HOSTNAME: "n1"}},
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
+    }
+    gp3 = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", **storage_class("gp3", EBS)}
+    claims = [{"apiVersion": "v1", "kind": "PersistentVolumeClaim", **claim(n, "gp3")} for n in ("a", "b")]
+    pods = []
+    for name in ("a", "b"):
+        p = pod(name, name)
+        p["spec"]["containers"] = [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]
+        pods.append({"apiVersion": "v1", "kind": "Pod", **p})
+    limit = {"apiVersion": "storage.k8s.io/v1", **csinode("n1", ebs_csi_aws_com=1)}
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump_all([nodepool(), nodeclass(), node, gp3, *claims, *pods, limit]))
+    assert main(["plan", "-f", str(path), "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sum(len(pods) for pods in out["existing_nodes"].values()) == 1
+    assert [len(c["pods"]) for c in out["nodeclaims"]] == [1]
