@@ -9,7 +9,6 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 
@@ -206,14 +205,13 @@ def test_a_startup_taint_back_after_initialization_is_respected() -> None:
     assert scheduled(schedule([p], existing=capacity([node])), p).startswith("new:")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: an initialized node tainted not-ready/unreachable/uninitialized is not treated as "
-    "in-flight; the unreachable and cloud-provider-uninitialized taints keep pods off it",
-)
-def test_an_initialized_node_with_not_ready_taints_is_still_in_flight() -> None:
-    """In-Flight Nodes > Taints > should consider a tainted NotReady node as in-flight even if
-    initialized"""
+def test_an_initialized_node_keeps_its_not_ready_taints() -> None:
+    """In-Flight Nodes > Taints > should consider a tainted NotReady node as in-flight even if initialized
+
+    Not applicable as written (docs/karpenter-compatibility.md): that It passes in Karpenter because its
+    cluster state is not reconciled after the test taints the node, so the scheduler still sees the
+    untainted node. Karpenter's StateNode.Taints drops the known ephemeral taints only until a node is
+    initialized; an initialized node keeps them, and so do we: a pod is not put on it."""
     taints = [
         {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
@@ -221,7 +219,7 @@ def test_an_initialized_node_with_not_ready_taints_is_still_in_flight() -> None:
     ]
     node = node_object("node-0", DEFAULT, taints=taints, initialized=True)
     p = upod("p", cpu="10m")
-    assert scheduled(schedule([p], existing=capacity([node])), p) == "node-0"
+    assert scheduled(schedule([p], existing=capacity([node])), p).startswith("new:")
 
 
 # -- Daemonsets -------------------------------------------------------------------------------------
@@ -258,11 +256,6 @@ def test_an_unexpected_daemonset_pod_is_counted_once() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: DaemonSets requiring karpenter.sh/initialized or karpenter.sh/registered add no "
-    "overhead to new nodes; Karpenter simulates those labels as true for the overhead",
-)
 def test_daemonsets_selecting_initialized_or_registered_nodes_count_as_overhead() -> None:
     """In-Flight Nodes > Daemonsets > Should properly handle DaemonSet resources with Node Affinity for
     `karpenter.sh/initialized` and `karpenter.sh/registered`"""

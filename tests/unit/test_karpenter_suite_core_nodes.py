@@ -5,10 +5,12 @@ including those of nodes being deleted) and ``existing_capacity``."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.scheduling.inputs import classify
 
 from tests import builders
@@ -56,11 +58,6 @@ def test_many_pods_go_to_an_existing_node_karpenter_does_not_own() -> None:
     assert all(scheduled(result, p) == "n1" for p in pods)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: existing nodes are tried in the order given; Karpenter tries initialized nodes before "
-    "uninitialized ones",
-)
 def test_initialized_nodes_are_tried_before_uninitialized_ones() -> None:
     """Existing Nodes > should order initialized nodes for scheduling uninitialized nodes"""
     nodes = [node_object(f"node-{i}", DEFAULT, initialized=(i == 57)) for i in range(100)]
@@ -106,18 +103,34 @@ def test_a_launched_node_takes_the_next_pod_before_any_pod_is_bound() -> None:
     assert scheduled(result, second) == "node-0" and not result.new_nodeclaims
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: a node whose kubelet has not yet reported its extended resources (zeroed) is read as "
-    "having none; Karpenter uses the NodeClaim's expected capacity until the node is initialized",
-)
 def test_extended_resources_zeroed_by_kubelet_at_startup_are_still_expected() -> None:
-    """No Pre-Binding > should handle resource zeroing of extended resources by kubelet"""
+    """No Pre-Binding > should handle resource zeroing of extended resources by kubelet (the node's
+    NodeClaim, as in Karpenter, says what it will have once initialized)"""
     node = node_object("node-0", GPU_TYPE)
+    node["spec"]["providerID"] = "aws:///test-zone-1/i-0123456789abcdef0"
     node["status"]["capacity"] = {VENDOR_A: "0"}
     node["status"]["allocatable"] = {**node["status"]["allocatable"], VENDOR_A: "0"}
+    record = NodeClaimRecord(
+        name="default-abcde",
+        nodepool="default",
+        nodeclass="default",
+        state=NodeClaimState.REGISTERED,
+        provider_id=node["spec"]["providerID"],
+        node_name="node-0",
+        instance_type=GPU_TYPE.name,
+        allocatable=dict(GPU_TYPE.allocatable),
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
     p = upod("p", containers=[{"name": "a", "resources": {"limits": {"cpu": "10m", VENDOR_A: "1"}}}])
-    assert scheduled(schedule([p], existing=capacity([node])), p) == "node-0"
+    assert scheduled(schedule([p], existing=capacity([node], records=[record])), p) == "node-0"
+
+
+def test_extended_resources_a_node_reports_as_zero_are_not_assumed_without_a_nodeclaim() -> None:
+    """The other side: a node we hold no NodeClaim for is taken at its word."""
+    node = node_object("node-0", GPU_TYPE)
+    node["status"]["allocatable"] = {**node["status"]["allocatable"], VENDOR_A: "0"}
+    p = upod("p", containers=[{"name": "a", "resources": {"limits": {"cpu": "10m", VENDOR_A: "1"}}}])
+    assert scheduled(schedule([p], existing=capacity([node])), p).startswith("new:")
 
 
 def test_self_zone_affinity_follows_the_in_flight_node_of_an_unbound_peer() -> None:
@@ -183,11 +196,6 @@ def test_terminating_replicaset_pods_of_a_deleting_node_are_not_rescheduled() ->
     assert deleting_cluster(p).pending == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: a terminating StatefulSet pod on a deleting node is not rescheduled; Karpenter "
-    "reschedules it, as its replacement (same name) cannot be created before it is gone",
-)
 def test_terminating_statefulset_pods_of_a_deleting_node_are_rescheduled() -> None:
     """Deleting Nodes > should reschedule pods from a deleting node when pods are not active and they are
     owned by a StatefulSet"""

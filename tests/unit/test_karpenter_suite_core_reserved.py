@@ -1,10 +1,10 @@
 """Ports of Karpenter's scheduling suite (``pkg/controllers/provisioning/scheduling/suite_test.go``):
 ``Reserved Instance Types`` and ``Dynamic Resource Allocation (DRA)``.
 
-Karpenter's fake reserved offerings hold a count (``ReservationCapacity``); the scheduler never plans more
-NodeClaims on a reservation than it has left, and a NodeClaim that could launch into several reservations
-holds all of them. Our ``Offering`` carries a reservation id but no count, so these tests can only state
-the count in words; each asserts what Karpenter's first scheduling pass plans."""
+Karpenter's fake reserved offerings hold a count (``ReservationCapacity``, our ``reservation_capacity``);
+the scheduler never plans more NodeClaims on a reservation than it has left, and a NodeClaim that could
+launch into several reservations holds all of them. Each test asserts what Karpenter's first scheduling
+pass plans."""
 
 from __future__ import annotations
 
@@ -31,9 +31,17 @@ from tests.unit.karpenter_suite_helpers_core import (
 )
 
 
-def reserved(it: FakeType, reservation: str, zone: str = "test-zone-1") -> FakeType:
-    """``it`` with one more offering: a capacity reservation in ``zone``, nearly free."""
-    offering = Offering(zone, wk.CAPACITY_TYPE_RESERVED, it.price / 100_000, True, reservation_id=reservation)
+def reserved(it: FakeType, reservation: str, zone: str = "test-zone-1", room: int = 1) -> FakeType:
+    """``it`` with one more offering: a capacity reservation in ``zone`` with ``room`` instances left,
+    nearly free."""
+    offering = Offering(
+        zone,
+        wk.CAPACITY_TYPE_RESERVED,
+        it.price / 100_000,
+        True,
+        reservation_id=reservation,
+        reservation_capacity=room,
+    )
     return FakeType(
         it.name, it.cpu, it.memory, it.pods, offering_list=(*default_offerings(it.price), offering)
     )
@@ -44,12 +52,6 @@ MEDIUM = FakeType("medium-instance-type", cpu=3, memory=3 * GI)
 SMALL = FakeType("small-instance-type", cpu=2, memory=2 * GI)
 # The Describe's catalog: medium and small each have a reservation (capacity 1) in test-zone-1.
 TYPES = (LARGE, reserved(MEDIUM, "r-medium-instance-type"), reserved(SMALL, "r-small-instance-type"))
-
-RESERVATION_COUNTS = pytest.mark.xfail(
-    strict=True,
-    reason="deviation: capacity reservations have no remaining count in scheduling; more NodeClaims are "
-    "planned on a reservation than it holds (Karpenter plans one per reserved instance left)",
-)
 
 
 def anti_hostname(name: str, *required: tuple[str, str, list[str]], **fields: Any) -> dict[str, Any]:
@@ -70,7 +72,6 @@ def reserved_node(result: Any, p: dict[str, Any], reservation: str, instance_typ
     assert any(o.reservation_id == reservation for o in chosen.offerings)
 
 
-@RESERVATION_COUNTS
 def test_reserved_offerings_are_used_before_falling_back_to_spot_or_on_demand() -> None:
     """Reserved Instance Types > shouldn't fallback to on-demand or spot when compatible reserved offerings
     are available (first pass: one pod, on the small reservation; the claim holds both reservations)"""
@@ -81,7 +82,6 @@ def test_reserved_offerings_are_used_before_falling_back_to_spot_or_on_demand() 
     reserved_node(result, placed[0], "r-small-instance-type", "small-instance-type")
 
 
-@RESERVATION_COUNTS
 def test_a_reservation_shared_by_two_nodepools_is_counted_once() -> None:
     """Reserved Instance Types > should correctly track reservations shared across nodepools"""
     pools = [nodepool("np-1", types=TYPES), nodepool("np-2", types=TYPES)]
@@ -114,13 +114,17 @@ def test_distinct_reservations_of_two_nodepools_are_both_used() -> None:
     assert {claim_for(result, p).nodepool for p in pods} == {"np-1", "np-2"}
 
 
-@RESERVATION_COUNTS
 def test_two_reservations_of_one_type_hold_as_many_nodes_as_they_have_room() -> None:
     """Reserved Instance Types > should correctly track multiple reservations for the same instance pool
     (first pass: the two reservations hold 1 + 2 instances, yet only two pods are planned)"""
     small = reserved(SMALL, "r-small-instance-type")
     second = Offering(
-        "test-zone-1", wk.CAPACITY_TYPE_RESERVED, SMALL.price / 100_000, True, reservation_id="r-small-2"
+        "test-zone-1",
+        wk.CAPACITY_TYPE_RESERVED,
+        SMALL.price / 100_000,
+        True,
+        reservation_id="r-small-2",
+        reservation_capacity=2,
     )
     small = FakeType(
         small.name, small.cpu, small.memory, small.pods, offering_list=(*small.offerings, second)
@@ -133,7 +137,6 @@ def test_two_reservations_of_one_type_hold_as_many_nodes_as_they_have_room() -> 
         assert node_labels(result, p)[wk.CAPACITY_TYPE] == wk.CAPACITY_TYPE_RESERVED
 
 
-@RESERVATION_COUNTS
 def test_a_reserved_offering_in_the_heavier_nodepool_defers_rather_than_falls_back() -> None:
     """Reserved Instance Types > shouldn't fallback to a lower weight NodePool if a reserved offering is
     available (first pass: one pod, reserved, in the heavy NodePool)"""
@@ -149,7 +152,6 @@ def test_a_reserved_offering_in_the_heavier_nodepool_defers_rather_than_falls_ba
     reserved_node(result, placed[0], "r-small-instance-type", "small-instance-type")
 
 
-@RESERVATION_COUNTS
 def test_a_reservation_shortfall_does_not_relax_preferences() -> None:
     """Reserved Instance Types > shouldn't relax preferences when a pod fails to schedule due to a reserved
     offering error (first pass: one pod in the preferred NodePool; the other waits, unrelaxed)"""
@@ -210,21 +212,12 @@ def dra_pod(name: str, container_claims: bool, init_claims: bool) -> dict[str, A
     return p
 
 
-DRA_REFUSED = pytest.mark.xfail(
-    strict=True,
-    reason="deviation: pods with DRA resource claims are scheduled as if the claims were not there; "
-    "Karpenter refuses them (a DRA error, no NodeClaim) until DRA is supported",
-)
-
-
 @pytest.mark.parametrize(
     ("container_claims", "init_claims"),
     [
-        pytest.param(True, False, id="container with resource claims", marks=DRA_REFUSED),
-        pytest.param(False, True, id="init container with resource claims", marks=DRA_REFUSED),
-        pytest.param(
-            True, True, id="pod with both container and init container resource claims", marks=DRA_REFUSED
-        ),
+        pytest.param(True, False, id="container with resource claims"),
+        pytest.param(False, True, id="init container with resource claims"),
+        pytest.param(True, True, id="pod with both container and init container resource claims"),
         pytest.param(False, False, id="non-DRA pod without resource claims"),
     ],
 )
@@ -238,11 +231,6 @@ def test_dra_pods_get_no_nodeclaim(container_claims: bool, init_claims: bool) ->
         assert len(result.new_nodeclaims) == 1 and not result.unschedulable
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: a DaemonSet pod with DRA resource claims adds its requests to every node's overhead; "
-    "Karpenter leaves them out by default (IgnoreDRARequests)",
-)
 def test_daemonset_dra_requests_are_ignored_by_default() -> None:
     """Dynamic Resource Allocation (DRA) > should handle DaemonSet pods with DRA requirements based on
     IgnoreDRARequests flag value (the default, true: only the app pod sizes the node)"""

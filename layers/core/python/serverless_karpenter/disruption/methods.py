@@ -235,7 +235,10 @@ def simulate(snapshot: Snapshot, removed: Sequence[Candidate]) -> Rescheduling:
     candidate_pods = [p for c in removed for p in c.reschedulable]
     moving = [p for name in sorted(leaving - {c.node_name for c in removed}) for p in snapshot.pods_on(name)]
     moving = [p for p in moving if is_reschedulable(p)]
-    result = Scheduler(snapshot.templates, capacity).solve([*candidate_pods, *moving, *snapshot.pending])
+    # Karpenter simulates disruption with reserved-capacity fallback (only the provisioner is strict).
+    result = Scheduler(snapshot.templates, capacity, reserved_fallback=True).solve(
+        [*candidate_pods, *moving, *snapshot.pending]
+    )
     ours = {podlib.key(p) for p in candidate_pods}
     must_place = ours | {podlib.key(p) for p in moving}
     errors = {

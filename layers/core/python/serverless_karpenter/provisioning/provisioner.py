@@ -166,6 +166,7 @@ def existing_capacity(
         for np in nodepools
     }
     out: list[ExistingCapacity] = []
+    starting_nodes: list[ExistingCapacity] = []
     provider_ids = set()
     for node in nodes:
         meta, spec = node.get("metadata", {}), node.get("spec", {})
@@ -175,7 +176,8 @@ def existing_capacity(
         labels = dict(meta.get("labels") or {})
         record = by_node.get(spec.get("providerID")) or by_node.get(meta["name"])
         taints = taints_from_dicts(spec.get("taints"))
-        if _starting(labels, record):
+        starting = _starting(labels, record)
+        if starting:
             # Karpenter assumes these go away as the node initializes, and schedules against it anyway.
             pool_startup = taints_from_dicts(
                 record.startup_taints if record is not None else startup.get(labels.get(wk.NODEPOOL, ""))
@@ -185,8 +187,15 @@ def existing_capacity(
             )
         running = used.get(meta["name"], [])
         allocatable = resources.parse_list((node.get("status") or {}).get("allocatable"))
+        if starting and record is not None:
+            # A kubelet reports extended resources (GPUs) as 0 until its device plugin registers; until
+            # the node is initialized, Karpenter counts what its NodeClaim expects.
+            for name, expected in record.expected_allocatable().items():
+                if allocatable.get(name, 0) == 0 and expected > 0:
+                    allocatable[name] = expected
         daemons = remaining_daemon_requests(node_daemons(daemon_pods, labels, taints), running)
-        out.append(
+        # Karpenter tries initialized nodes before those still starting (stable otherwise).
+        (starting_nodes if starting else out).append(
             ExistingCapacity(
                 name=meta["name"],
                 labels=labels,
@@ -197,6 +206,7 @@ def existing_capacity(
                 bound_pods=list(running),
             )
         )
+    out += starting_nodes
     for record in records:
         if not record.is_in_flight or (record.provider_id and record.provider_id in provider_ids):
             continue

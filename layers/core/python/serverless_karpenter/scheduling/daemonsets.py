@@ -6,7 +6,8 @@ PreferNoSchedule taint never keeps a DaemonSet off) and one of its required node
 turn, as Karpenter relaxes them) is compatible with the NodePool's requirements and intersects the
 instance type's labels; so the overhead is per instance type. For an existing node
 (``isDaemonPodCompatibleWithNode``): it tolerates the node's taints and the node's labels meet its
-nodeSelector and first required term.
+nodeSelector and first required term. A DaemonSet pod with DRA resource claims runs on none, as far as
+scheduling is concerned (Karpenter's IgnoreDRARequests, on by default).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.dra import has_dra_requirements
 from serverless_karpenter.scheduling.hostports import HostPort, host_ports
 from serverless_karpenter.scheduling.requirements import Requirements, required_node_affinity_terms
 from serverless_karpenter.scheduling.taints import Taint, tolerations_from_dicts, untolerated
@@ -54,6 +56,8 @@ def template_terms(pod: Obj, requirements: Requirements, taints: Iterable[Taint]
     """The DaemonSet pod's node constraints (nodeSelector with each required term) that a node of a
     NodePool with ``requirements`` and ``taints`` could meet; empty when none can."""
     spec = pod.get("spec") or {}
+    if has_dra_requirements(pod):
+        return []
     if untolerated(tolerations_from_dicts(spec.get("tolerations")), taints) is not None:
         return []
     count = max(1, len(required_node_affinity_terms(pod)))
@@ -76,6 +80,8 @@ def node_daemons(pods: Sequence[Obj], labels: Mapping[str, str], taints: Iterabl
     taints = tuple(taints)
     out = []
     for pod in pods:
+        if has_dra_requirements(pod):
+            continue
         tolerations = tolerations_from_dicts((pod.get("spec") or {}).get("tolerations"))
         if untolerated(tolerations, taints, include_prefer_no_schedule=True) is not None:
             continue

@@ -26,10 +26,16 @@ from typing import Any, Protocol
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.daemonsets import NO_DAEMONS, DaemonGroup, group_of, template_terms
+from serverless_karpenter.scheduling.dra import DRA_ERROR, has_dra_requirements
 from serverless_karpenter.scheduling.hostports import HostPort, conflict, host_ports
 from serverless_karpenter.scheduling.hostports import describe as describe_port
 from serverless_karpenter.scheduling.preferences import PodState, link, prepare, restricted_requirement
 from serverless_karpenter.scheduling.requirements import Requirement, Requirements
+from serverless_karpenter.scheduling.reservations import (
+    Reservations,
+    ReservationShortfall,
+    reserved_requirements,
+)
 from serverless_karpenter.scheduling.taints import PREFER_NO_SCHEDULE, Taint, taints_from_dicts, untolerated
 from serverless_karpenter.scheduling.topology import ANTI_AFFINITY, PER_NODE_KEYS, Topology
 from serverless_karpenter.scheduling.volumes import VolumeIndex
@@ -113,7 +119,12 @@ class NodePoolTemplate:
 
     def _build_groups(self) -> tuple[list[DaemonGroup], list[int], dict[str, int]]:
         pods = list(self.daemonsets)
-        terms = [template_terms(pod, self.requirements, self.taints) for pod in pods]
+        # A new node will be registered and initialized: a DaemonSet that waits for those labels still
+        # runs there (Karpenter's NodeClaimTemplate adds them for this simulation alone).
+        node_to_be = self.requirements.add(
+            Requirement(wk.REGISTERED, "In", ("true",)), Requirement(wk.INITIALIZED, "In", ("true",))
+        )
+        terms = [template_terms(pod, node_to_be, self.taints) for pod in pods]
         # A DaemonSet whose terms name no instance-type or offering key runs on every type or none.
         per_type = [i for i, ts in enumerate(terms) if any(_names_type_keys(t) for t in ts)]
         everywhere = [i for i, ts in enumerate(terms) if ts and i not in per_type]
@@ -207,6 +218,19 @@ def offering_filter(requirements: Requirements) -> Callable[[Any], bool]:
     """Whether an offering is available in the zones and capacity types ``requirements`` allow; the two
     requirements are looked up once, for loops over many offerings."""
     zone, capacity_type = requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)
+    if wk.CAPACITY_RESERVATION_ID in requirements:
+        # A claim holding reservations launches into those only; an offering of no reservation has no
+        # reservation-id label.
+        reservation = requirements.get(wk.CAPACITY_RESERVATION_ID)
+        rest = offering_filter(requirements.without(wk.CAPACITY_RESERVATION_ID))
+        return lambda o: (
+            rest(o)
+            and (
+                reservation.has(o.reservation_id)
+                if getattr(o, "reservation_id", None)
+                else reservation.allows_absent()
+            )
+        )
     if wk.ZONE_ID in requirements:
         # A zone id names one zone of the account (use1-az1 is us-east-1b in one account, 1a in
         # another): an offering whose zone id is unknown cannot be shown to satisfy it.
@@ -436,6 +460,8 @@ class _Claim:
     # What the smallest option has of each: a total within it keeps every option.
     floor: tuple[int, int, int] = (0, 0, 0)
     _hostname: Requirement | None = None
+    # The capacity reservations the claim holds (reservations.py).
+    reserved: frozenset[str] = frozenset()
     # The claim's requirements on some keys, for as long as its requirements are the same object.
     _domains: tuple[Requirements | None, tuple[str, ...], tuple[Requirement, ...]] = (None, (), ())
 
@@ -522,7 +548,9 @@ class Scheduler:
 
     ``namespaces`` (name -> labels) resolves pod affinity namespaceSelectors; ``volumes`` enables volume
     topology (without it, volumes are not checked). Pods already bound to existing capacity are read from
-    ``ExistingCapacity.bound_pods`` for topology counts and host ports.
+    ``ExistingCapacity.bound_pods`` for topology counts and host ports. ``reserved_fallback`` lets a pod
+    that finds no room in a reservation fall back to other capacity (disruption's simulation) rather than
+    wait for it (the provisioner's).
     """
 
     def __init__(
@@ -532,9 +560,13 @@ class Scheduler:
         *,
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         volumes: VolumeIndex | None = None,
+        reserved_fallback: bool = False,
     ) -> None:
         # Heaviest pools first; ties by name, as Karpenter orders them.
         self._pools = [_Pool(p) for p in sorted(nodepools, key=lambda p: (-p.weight, p.name))]
+        self._reservations = Reservations(
+            (it for p in self._pools for it in p.template.instance_types), strict=not reserved_fallback
+        )
         self._existing_input = list(existing)
         self._new: list[NewNodeClaim] = []
         self._claims: list[_Claim] = []
@@ -619,6 +651,8 @@ class Scheduler:
             prepare(pod, self.topology, namespace_labels=self._namespaces, volumes=self._volumes)
             for pod in pending
         ]
+        # A pod with DRA resource claims is refused outright, never relaxed (dra.py).
+        refused = {id(state) for state, pod in zip(states, pending, strict=True) if has_dra_requirements(pod)}
         existing = self._setup(states)
         states.sort(
             key=lambda s: (-s.requests.get(resources.CPU, 0), -s.requests.get(resources.MEMORY, 0), s.key)
@@ -626,7 +660,11 @@ class Scheduler:
         unschedulable: dict[str, dict[str, str]] = {}
         # Karpenter's queue: a pod that fails is relaxed and tried again after the others; one with nothing
         # left to relax is retried only if some pod was placed since its last try (pod affinity may now hold).
-        queue: deque[PodState] = deque(states)
+        dra_reasons = {p.template.name: DRA_ERROR for p in self._pools} or {"": DRA_ERROR}
+        for state in states:
+            if id(state) in refused:
+                unschedulable[state.key] = dict(dra_reasons)
+        queue: deque[PodState] = deque(s for s in states if id(s) not in refused)
         placed = 0
         last_failure: dict[int, int] = {}
         while queue:
@@ -637,15 +675,25 @@ class Scheduler:
                 unschedulable.pop(state.key, None)
                 continue
             unschedulable[state.key] = reasons
-            if state.invalid is None and state.relax(prefer_no_schedule_taints=self._prefer_no_schedule):
+            # A pod waiting for reserved capacity keeps its preferences: the room may come back.
+            waits = any(isinstance(r, ReservationShortfall) for r in reasons.values())
+            if (
+                state.invalid is None
+                and not waits
+                and state.relax(prefer_no_schedule_taints=self._prefer_no_schedule)
+            ):
                 queue.append(state)
-            elif (state.required_affinity or state.preferred_affinity) and last_failure.get(
+            elif (waits or state.required_affinity or state.preferred_affinity) and last_failure.get(
                 id(state)
             ) != placed:
+                # As for pod affinity, a placement since may have freed a reservation (a claim that
+                # narrowed gives back the ones it can no longer launch into).
                 last_failure[id(state)] = placed
                 queue.append(state)
         rankings: dict[tuple[int, Requirement, Requirement], list[_TypeView]] = {}
         for entry in self._claims:
+            if entry.reserved:
+                entry.claim.requirements = reserved_requirements(entry.claim.requirements, entry.reserved)
             entry.claim.instance_types = self._launch_options(entry, rankings)
             entry.claim.daemon_overhead = _least_overhead(entry.views)
         return SchedulingResult(
@@ -718,10 +766,13 @@ class Scheduler:
                         continue
                     if rejected is not None and id(entry) in rejected:
                         continue
-                    if any(self._try_claim(entry, state, memo) is None for _ in state.volume_choices()):
-                        self._recount(entry, count)
-                        return None
-                    if rejected is not None:
+                    for _ in state.volume_choices():
+                        refusal = self._try_claim(entry, state, memo)
+                        if refusal is None:
+                            self._recount(entry, count)
+                            return None
+                    # A reservation another claim frees may let the claim take the pod later.
+                    if rejected is not None and not isinstance(refusal, ReservationShortfall):
                         rejected.add(id(entry))
         reasons: dict[str, str] = {}
         for pool in self._pools:
@@ -734,6 +785,9 @@ class Scheduler:
                     return None
                 # The last alternative's reason stands for all, as Karpenter's lastErr.
                 reasons[pool.template.name] = reason
+            if isinstance(reason, ReservationShortfall):
+                # Karpenter waits for the heavier NodePool's reservation rather than fall back.
+                break
         if not self._pools:
             reasons[""] = state.invalid or "no NodePool exists"
         return reasons
@@ -823,6 +877,13 @@ class Scheduler:
             return "resources"
         if merged.has_min_values() and merged.check_min_values([v.it.labels for v in views]) is not None:
             return "minValues"
+        reserved = entry.reserved
+        if self._reservations:
+            found = self._reservations.to_reserve(reserved, (v.it for v in views), offering_filter(merged))
+            if isinstance(found, ReservationShortfall):
+                return found
+            self._reservations.hold(reserved, found)
+            entry.reserved = found
         claim.requirements = merged
         entry.views = views
         claim.pod_requests = resources.merge(claim.pod_requests, state.requests)
@@ -897,6 +958,13 @@ class Scheduler:
             failed = merged.check_min_values([v.it.labels for v in fitting])
             if failed is not None:
                 return f'nodepool "{name}": {failed} among the {len(fitting)} instance types that fit'
+        reserved: frozenset[str] = frozenset()
+        if self._reservations:
+            found = self._reservations.to_reserve(reserved, (v.it for v in fitting), offering_filter(merged))
+            if isinstance(found, ReservationShortfall):
+                return ReservationShortfall(f'nodepool "{name}": {found}')
+            self._reservations.hold(reserved, found)
+            reserved = found
         claim = NewNodeClaim(
             nodepool=name,
             nodeclass=template.nodeclass,
@@ -915,7 +983,7 @@ class Scheduler:
             self._remaining[name] = resources.subtract(
                 remaining, {k: max(_limited_capacity(v.it, k) for v in fitting) for k in remaining}
             )
-        entry = _Claim(claim, pool, fitting)
+        entry = _Claim(claim, pool, fitting, reserved=reserved)
         entry.refresh_room()
         self._claims.append(entry)
         self._by_pod_count.setdefault(1, {})[entry] = None

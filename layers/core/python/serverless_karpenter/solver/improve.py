@@ -31,6 +31,7 @@ from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.requirements import Requirement, Requirements
+from serverless_karpenter.scheduling.reservations import offers_reserved
 from serverless_karpenter.scheduling.scheduler import (
     CAPACITY_RANK,
     MAX_INSTANCE_TYPES,
@@ -212,11 +213,14 @@ def improve(
 
     pinned: list[NewNodeClaim] = []
     groups: dict[tuple[str, frozenset[Requirement]], list[NewNodeClaim]] = {}
+    # Reservations' room is counted by the scheduler alone: a repack could plan one past it.
+    reserved_pools = {t.name for t in templates if offers_reserved(t.instance_types)}
     for claim in claims:
         pool = pools.get(claim.nodepool)
         movable = (
             pool is not None
             and pool.remaining is None
+            and pool.name not in reserved_pools
             and all(k in pod_index and constraints[pod_index[k]].pinned_reason is None for k in claim.pods)
         )
         if movable:

@@ -32,16 +32,16 @@ def tolerates_disruption(pod: Mapping[str, Any]) -> bool:
 
 
 def is_reschedulable(pod: Mapping[str, Any]) -> bool:
-    """A pod that will need a place elsewhere once its node goes: not finished, not already being
-    deleted (its controller's replacement is pending on its own), not tied to the node (DaemonSet,
-    static)."""
-    return (
-        not podlib.is_terminal(pod)
-        and not podlib.is_deleting(pod)
-        and not podlib.is_daemonset_pod(pod)
-        and not podlib.is_mirror_pod(pod)
-        and not tolerates_disruption(pod)
-    )
+    """Karpenter's IsReschedulable: a pod that will need a place elsewhere once its node goes. Active
+    (not finished, not being deleted: a deleted pod's replacement is pending on its own), or a
+    StatefulSet's pod being deleted (its replacement, with the same name, is created only once it is
+    gone, so room for it is needed now); not tied to the node (DaemonSet, static). A pod that tolerates
+    the disrupted taint is not drained, but it still dies with its node."""
+    if podlib.is_terminal(pod):
+        return False
+    if podlib.is_deleting(pod) and podlib.owner_kind(pod) != "StatefulSet":
+        return False
+    return not podlib.is_daemonset_pod(pod) and not podlib.is_mirror_pod(pod)
 
 
 def has_disrupted_taint(node: Mapping[str, Any]) -> bool:
