@@ -207,7 +207,9 @@ def build_plan(
         bound_pods=manifests.bound,
         daemonsets=manifests.daemonsets,
         namespaces=namespace_labels(manifests.namespaces),
-        volumes=VolumeIndex.build(manifests.pvcs, manifests.pvs, manifests.storage_classes),
+        volumes=VolumeIndex.build(
+            manifests.pvcs, manifests.pvs, manifests.storage_classes, manifests.csinodes
+        ),
     )
     result, report, _ = simulate_provisioning(state, manifests.pending, _Types(provider))
     return render(result, manifests, report)

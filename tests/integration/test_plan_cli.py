@@ -173,7 +173,11 @@ def test_statefulset_claims_follow_their_storage_class(
     bound_claim = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "data-db-0", "namespace": "default"},
+        "metadata": {
+            "name": "data-db-0",
+            "namespace": "default",
+            "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+        },
         "spec": {"volumeName": "pv-db-0", "storageClassName": "zonal"},
     }
     out = plan(

@@ -126,7 +126,7 @@ def as_pod(p: dict[str, Any]) -> dict[str, Any]:
 def plan(objects: Sequence[dict[str, Any]], pools: Any = POOLS) -> tuple[Any, SchedulingResult]:
     """plan's scheduling of the manifests: pending pods against the nodes, with volume topology."""
     inputs = classify(objects)
-    volumes = VolumeIndex.build(inputs.pvcs, inputs.pvs, inputs.storage_classes)
+    volumes = VolumeIndex.build(inputs.pvcs, inputs.pvs, inputs.storage_classes, inputs.csinodes)
     result = schedule(inputs.pending, pools, existing=capacity(inputs.nodes, inputs.bound), volumes=volumes)
     return inputs, result
 
@@ -152,14 +152,6 @@ def csi_node(driver_counts: dict[str, int], node: str = "node-0") -> dict[str, A
     }
 
 
-CSINODE_LIMITS = pytest.mark.xfail(
-    strict=True,
-    reason="deviation: CSINode volume limits (allocatable count per CSI driver) are not modelled; pods are "
-    "placed on a node past its attachable-volume count",
-)
-
-
-@CSINODE_LIMITS
 def test_volume_limits_of_a_node_open_a_second_node() -> None:
     """VolumeUsage > should launch multiple nodes if required due to volume limits"""
     objects: list[dict[str, Any]] = [in_flight_node(), csi_node({CSI: 10})]
@@ -211,11 +203,6 @@ def zone_anti_affinity(app: str) -> dict[str, Any]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: only the first nodeSelectorTerm of a PersistentVolume's node affinity is used; "
-    "Karpenter ORs them",
-)
 def test_a_pv_with_alternative_zones_lets_pods_spread() -> None:
     """VolumeUsage > should schedule pods using a PV with multiple zones"""
     objects: list[dict[str, Any]] = []
@@ -238,11 +225,6 @@ def test_a_pv_with_alternative_zones_lets_pods_spread() -> None:
     assert zones == {"test-zone-1", "test-zone-2"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: a local/hostPath PV's hostname affinity term is not dropped, and only its first term "
-    "is used; Karpenter ignores the hostname and keeps the unconstrained alternative",
-)
 @pytest.mark.parametrize(
     "source",
     [{"local": {"path": "/mnt/local"}}, {"hostPath": {"path": "/mnt/host"}}],
@@ -264,10 +246,6 @@ def test_hostname_pinned_local_volumes_keep_their_other_alternatives(source: dic
     scheduled(result, p)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: only the first allowedTopologies term of a StorageClass is used; Karpenter ORs them",
-)
 def test_storage_class_alternative_zones_let_pods_spread() -> None:
     """VolumeUsage > should schedule pods using a StorageClass with multiple zones in AllowedTopologies"""
     sc = storage_class(
@@ -291,11 +269,6 @@ def test_storage_class_alternative_zones_let_pods_spread() -> None:
     assert {node_labels(result, p)[wk.ZONE] for p in pods} == {"test-zone-1", "test-zone-2"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deviation: with several volumes, only each one's first topology term is intersected; Karpenter "
-    "keeps every combination of alternatives that is not disjoint",
-)
 def test_the_one_compatible_combination_of_volume_alternatives_is_found() -> None:
     """VolumeUsage > should schedule pods when a valid multi-volume topology alternative remains after
     pruning disjoint branches (our ``instance-local-nvme`` stands for the fake optional ``special``)"""
@@ -336,7 +309,6 @@ def csi_limited_ephemeral(classes: list[dict[str, Any]], storage_class_name: str
     return result
 
 
-@CSINODE_LIMITS
 def test_an_ephemeral_volume_of_a_named_class_counts_against_its_driver() -> None:
     """VolumeUsage > should launch nodes for pods with ephemeral volume using the specified storage class
     name"""
@@ -348,7 +320,6 @@ def test_an_ephemeral_volume_of_a_named_class_counts_against_its_driver() -> Non
     assert "node-0" not in result.existing and len(result.new_nodeclaims) == 1
 
 
-@CSINODE_LIMITS
 def test_an_ephemeral_volume_without_a_class_counts_against_the_default_class_driver() -> None:
     """VolumeUsage > should launch nodes for pods with ephemeral volume using a default storage class"""
     classes = [storage_class("default-storage-class", zones=["test-zone-1"], default=True)]
@@ -356,7 +327,6 @@ def test_an_ephemeral_volume_without_a_class_counts_against_the_default_class_dr
     assert "node-0" not in result.existing and len(result.new_nodeclaims) == 1
 
 
-@CSINODE_LIMITS
 def test_an_ephemeral_volume_without_a_class_uses_the_newest_default_class() -> None:
     """VolumeUsage > should launch nodes for pods with ephemeral volume using the newest storage class"""
     older = storage_class("default-storage-class", "other-provider", zones=["test-zone-1"], default=True)
@@ -375,7 +345,6 @@ def test_an_unbound_immediate_claim_waits() -> None:
     assert not_scheduled(result, p)
 
 
-@pytest.mark.xfail(strict=True, reason="deviation: a pod whose claim is being deleted is still scheduled")
 def test_a_deleting_claim_is_not_scheduled() -> None:
     """VolumeUsage > should not launch nodes for pod with deleting persistentVolumeClaim"""
     p = with_claims("p", "tmp-ephemeral")
@@ -384,9 +353,6 @@ def test_a_deleting_claim_is_not_scheduled() -> None:
     assert not_scheduled(result, p)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="deviation: a pod whose bound volume is being deleted is still scheduled"
-)
 def test_a_deleting_bound_volume_is_not_scheduled() -> None:
     """VolumeUsage > should not launch nodes for pod with bound persistentVolume that is marked for
     deletion"""
@@ -402,7 +368,6 @@ def test_a_deleting_bound_volume_is_not_scheduled() -> None:
     assert not_scheduled(result, p)
 
 
-@pytest.mark.xfail(strict=True, reason="deviation: a pod whose claim is Lost is still scheduled")
 def test_a_lost_claim_is_not_scheduled() -> None:
     """VolumeUsage > should not launch nodes for pod with Lost persistentVolumeClaim"""
     p = with_claims("p", "tmp-ephemeral")
@@ -414,15 +379,7 @@ def test_a_lost_claim_is_not_scheduled() -> None:
 @pytest.mark.parametrize(
     "bind_completed",
     [
-        pytest.param(
-            False,
-            id="when pv.kubernetes.io/bind-completed is missing",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="deviation: a claim naming a volume but not yet bind-completed is treated as bound; "
-                "Karpenter waits for the binding",
-            ),
-        ),
+        pytest.param(False, id="when pv.kubernetes.io/bind-completed is missing"),
         pytest.param(True, id="when pv.kubernetes.io/bind-completed is present"),
     ],
 )
@@ -464,15 +421,7 @@ def test_a_bound_ephemeral_claim_needs_no_storage_class(storage_class_name: str)
     "storage_class_name",
     [
         pytest.param("non-existent", id="non-existent storage class"),
-        pytest.param(
-            "",
-            id="explicitly disabled storage class (empty string)",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason='deviation: an unbound ephemeral claim with storageClassName "" falls back to no '
-                "class and is scheduled; Karpenter launches nothing for it",
-            ),
-        ),
+        pytest.param("", id="explicitly disabled storage class (empty string)"),
     ],
 )
 def test_an_unbound_ephemeral_claim_without_a_usable_class_launches_nothing(storage_class_name: str) -> None:
@@ -487,7 +436,6 @@ IN_TREE_EBS = "kubernetes.io/aws-ebs"
 EBS_CSI = "ebs.csi.aws.com"
 
 
-@CSINODE_LIMITS
 def test_a_migrated_in_tree_claim_counts_against_the_csi_driver() -> None:
     """VolumeUsage > CSIMigration > should launch nodes for pods with non-dynamic PVC using a migrated
     PVC/PV"""
@@ -509,7 +457,6 @@ def test_a_migrated_in_tree_claim_counts_against_the_csi_driver() -> None:
     assert "node-0" not in result.existing and len(result.new_nodeclaims) == 1
 
 
-@CSINODE_LIMITS
 def test_a_migrated_in_tree_ephemeral_volume_counts_against_the_csi_driver() -> None:
     """VolumeUsage > CSIMigration > should launch nodes for pods with ephemeral volume using a migrated
     PVC/PV"""

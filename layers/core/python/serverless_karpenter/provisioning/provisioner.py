@@ -466,12 +466,20 @@ class Provisioner:
         bound = [p for p in kube.list_pods(field_selector="spec.nodeName!=") if not podlib.is_terminal(p)]
         namespaces: dict[str, dict[str, str]] = {}
         volumes: VolumeIndex | None = None
+        csinodes: Sequence[Mapping[str, Any]] = ()
+        try:
+            csinodes = kube.list_csi_nodes()
+        except KubernetesError as error:
+            # A ClusterRole from before csinodes were read: volume topology still holds, without the
+            # existing nodes' volume limits.
+            logger.warning("cannot read CSINodes", extra={"error": str(error)})
         try:
             namespaces = namespace_labels(kube.list_namespaces())
             volumes = VolumeIndex.build(
                 kube.list_persistent_volume_claims(),
                 kube.list_persistent_volumes(),
                 kube.list_storage_classes(),
+                csinodes,
             )
         except KubernetesError as error:
             # Without read access to these, pods are scheduled without volume topology, as before.

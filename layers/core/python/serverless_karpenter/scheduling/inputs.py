@@ -37,6 +37,7 @@ class ManifestSet:
     pvcs: list[Obj] = field(default_factory=list)
     pvs: list[Obj] = field(default_factory=list)
     storage_classes: list[Obj] = field(default_factory=list)
+    csinodes: list[Obj] = field(default_factory=list)  # attachable-volume counts of nodes
     namespaces: list[Obj] = field(default_factory=list)
     runtime_classes: dict[str, Obj] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)  # "Kind/name" of objects plan does not use
@@ -203,6 +204,8 @@ def classify(objects: Iterable[Mapping[str, Any]]) -> ManifestSet:
             out.pvs.append(obj)
         elif kind == "StorageClass":
             out.storage_classes.append(obj)
+        elif kind == "CSINode":
+            out.csinodes.append(obj)
         elif kind == "Namespace":
             out.namespaces.append(obj)
         elif kind == "RuntimeClass":

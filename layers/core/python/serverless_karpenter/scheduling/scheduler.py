@@ -39,6 +39,7 @@ from serverless_karpenter.scheduling.reservations import (
 from serverless_karpenter.scheduling.taints import PREFER_NO_SCHEDULE, Taint, taints_from_dicts, untolerated
 from serverless_karpenter.scheduling.topology import ANTI_AFFINITY, PER_NODE_KEYS, Topology
 from serverless_karpenter.scheduling.volumes import VolumeIndex
+from serverless_karpenter.scheduling.volumeusage import VolumeUsage
 
 # Keys an offering decides rather than the instance type.
 OFFERING_KEYS = frozenset({wk.ZONE, wk.CAPACITY_TYPE, wk.ZONE_ID, wk.CAPACITY_RESERVATION_ID})
@@ -518,7 +519,8 @@ class _TopologyMemo:
     @staticmethod
     def of(state: PodState) -> _TopologyMemo | None:
         groups = state.topology_groups()
-        if not groups or any(g.key in PER_NODE_KEYS for g in groups):
+        # The verdicts hold for one set of the pod's requirements: not across volume alternatives.
+        if not groups or any(g.key in PER_NODE_KEYS for g in groups) or len(state.volume_alternatives) > 1:
             return None
         return _TopologyMemo(tuple(sorted({g.key for g in groups})))
 
@@ -534,6 +536,7 @@ class _Existing:
     capacity: ExistingCapacity
     domains: Requirements  # the node's labels (with its hostname) as requirements
     host_ports: set[HostPort]
+    volume_usage: VolumeUsage | None = None  # None: its CSINode limits no driver
 
 
 def _hostname_requirement(hostname: str) -> Requirement:
@@ -603,6 +606,8 @@ class Scheduler:
             if wk.HOSTNAME not in domains:
                 domains = domains.add(_hostname_requirement(labels[wk.HOSTNAME]))
             entry = _Existing(capacity, domains, set())
+            if self._volumes is not None:
+                entry.volume_usage = VolumeUsage.of_node(capacity.name, capacity.bound_pods, self._volumes)
             existing.append(entry)
             for pod in capacity.bound_pods:
                 entry.host_ports.update(host_ports(pod))
@@ -745,7 +750,7 @@ class Scheduler:
         start = self._skip_existing.get(signature, 0) if signature is not None else 0
         if state.invalid is None:
             for index in range(start, len(existing)):
-                if self._try_existing(existing[index], state):
+                if any(self._try_existing(existing[index], state) for _ in state.volume_choices()):
                     if signature is not None:
                         self._skip_existing[signature] = index
                     return None
@@ -761,10 +766,11 @@ class Scheduler:
                         continue
                     if rejected is not None and id(entry) in rejected:
                         continue
-                    refusal = self._try_claim(entry, state, memo)
-                    if refusal is None:
-                        self._recount(entry, count)
-                        return None
+                    for _ in state.volume_choices():
+                        refusal = self._try_claim(entry, state, memo)
+                        if refusal is None:
+                            self._recount(entry, count)
+                            return None
                     # A reservation another claim frees may let the claim take the pod later.
                     if rejected is not None and not isinstance(refusal, ReservationShortfall):
                         rejected.add(id(entry))
@@ -773,10 +779,12 @@ class Scheduler:
             if state.invalid is not None:
                 reasons[pool.template.name] = state.invalid
                 continue
-            reason = self._open_claim(pool, state)
-            if reason is None:
-                return None
-            reasons[pool.template.name] = reason
+            for _ in state.volume_choices():
+                reason = self._open_claim(pool, state)
+                if reason is None:
+                    return None
+                # The last alternative's reason stands for all, as Karpenter's lastErr.
+                reasons[pool.template.name] = reason
             if isinstance(reason, ReservationShortfall):
                 # Karpenter waits for the heavier NodePool's reservation rather than fall back.
                 break
@@ -794,6 +802,8 @@ class Scheduler:
             return False
         if state.host_ports and conflict(state.host_ports, entry.host_ports) is not None:
             return False
+        if entry.volume_usage is not None and entry.volume_usage.exceeds(state.volumes) is not None:
+            return False
         node_requirements = state.node_requirements()
         if capacity.requirements is not None:
             if not capacity.requirements.is_compatible(node_requirements):
@@ -807,6 +817,8 @@ class Scheduler:
         capacity.available = resources.subtract(capacity.available, state.requests)
         capacity.pods.append(state.key)
         entry.host_ports.update(state.host_ports)
+        if entry.volume_usage is not None:
+            entry.volume_usage.add(state.volumes)
         self._record(state, entry.domains, capacity.taints, exact=True)
         return True
 
