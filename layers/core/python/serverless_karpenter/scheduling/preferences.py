@@ -73,9 +73,6 @@ class PodState:
     tolerate_prefer_no_schedule: bool = False
     invalid: str | None = None
     relaxed: list[str] = field(default_factory=list)
-    # ``required_terms`` without the volumes' zones: topology counts from the pod's own affinity (a
-    # volume's zone binds the node, not the domains a spread counts over), as Karpenter.
-    affinity_terms: list[Requirements] = field(default_factory=list)
     # The alternatives of node requirements the pod's volumes allow (none: no constraint), the one being
     # tried, and the claims it mounts by CSI driver (for existing nodes' volume limits).
     volume_alternatives: list[Requirements] = field(default_factory=list)
@@ -118,7 +115,12 @@ class PodState:
     def view(self) -> PodTopologyView:
         if self._view is None:
             self._view = PodTopologyView(
-                self.namespace, self.labels, (self.affinity_terms or self.required_terms)[0], self.tolerations
+                # The pod's own affinity, never its volumes' zones: a volume binds the node, not the
+                # domains a spread counts over (as Karpenter).
+                self.namespace,
+                self.labels,
+                self.required_terms[0],
+                self.tolerations,
             )
         return self._view
 
@@ -158,8 +160,6 @@ class PodState:
     def _next_relaxation(self, prefer_no_schedule_taints: bool) -> str | None:
         if len(self.required_terms) > 1:
             self.required_terms.pop(0)
-            if len(self.affinity_terms) > 1:
-                self.affinity_terms.pop(0)
             return "removed the first required node affinity term"
         if self.preferred_affinity:
             group = self.preferred_affinity.pop(0)
@@ -245,7 +245,6 @@ def prepare(
     labels = dict(meta.get("labels") or {})
     node_selector = Requirements.from_node_selector(spec.get("nodeSelector"))
     terms = [node_selector.merged(t) for t in required_node_affinity_terms(pod)] or [node_selector]
-    affinity_terms = list(terms)
     invalid = None
     volume_alternatives: list[Requirements] = []
     mounted: Volumes = {}
@@ -264,7 +263,6 @@ def prepare(
         required_terms=terms,
         preferred_node=[r for _, r in preferred_node_affinity_terms(pod)],
         invalid=invalid,
-        affinity_terms=affinity_terms,
         volume_alternatives=volume_alternatives,
         volumes=mounted,
     )
@@ -292,7 +290,7 @@ def prepare(
             topology.intern(_affinity_group(ANTI_AFFINITY, term, namespace, labels, namespace_labels))
         )
     for constraint in spec.get("topologySpreadConstraints") or ():
-        group = topology.intern(_spread_group(constraint, namespace, labels, affinity_terms, tolerations))
+        group = topology.intern(_spread_group(constraint, namespace, labels, terms, tolerations))
         if constraint.get("whenUnsatisfiable") == SCHEDULE_ANYWAY:
             state.spreads_anyway.append(group)
         else:
