@@ -654,14 +654,7 @@ def test_capacity_block_offering(state: str) -> None:
 @pytest.mark.parametrize(
     ("alias", "available"),
     [
-        pytest.param(
-            "al2023@latest",
-            False,
-            id="when AMI is AL2023",
-            marks=pytest.mark.xfail(
-                strict=True, reason="deviation: a1 (Graviton 1) types are offered with AL2023"
-            ),
-        ),
+        pytest.param("al2023@latest", False, id="when AMI is AL2023"),
         pytest.param("bottlerocket@latest", True, id="when AMI is BottleRocket"),
     ],
 )

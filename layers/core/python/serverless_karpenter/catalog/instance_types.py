@@ -14,6 +14,7 @@ from typing import Any
 
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog.allocatable import (
+    AL2023,
     DEFAULT_OPTIONS,
     AmiFamily,
     BlockDeviceMapping,
@@ -123,8 +124,11 @@ def compute_labels(info: InstanceTypeInfo, family: AmiFamily, region: str | None
 
 
 def is_supported_by(info: InstanceTypeInfo, family: AmiFamily) -> bool:
-    """Whether nodes of this AMI family can run on the type (Windows AMIs exist for amd64 only)."""
+    """Whether nodes of this AMI family can run on the type: Windows AMIs exist for amd64 only, and
+    AL2023 does not run on a1 (Graviton 1; karpenter-provider-aws's AMI compatibility check)."""
     if info.arch not in ("amd64", "arm64"):
+        return False
+    if family.name == AL2023.name and info.name.startswith("a1."):
         return False
     return not (family.os == "windows" and info.arch != "amd64")
 
