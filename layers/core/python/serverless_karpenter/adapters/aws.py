@@ -23,6 +23,14 @@ RETRY_CONFIG = Config(
     user_agent_extra="serverless-karpenter",
 )
 
+# For calls that have a fallback, so that waiting on them would only delay the caller: the Pricing API
+# (persisted and bundled prices). It has no VPC endpoint in most regions, so from a VPC without NAT it
+# cannot even connect: the same adaptive policy, bounded to one retry and short timeouts, fails in
+# seconds instead of holding the provisioner for minutes of connect timeouts.
+FALLBACK_CONFIG = RETRY_CONFIG.merge(
+    Config(retries={"mode": "adaptive", "total_max_attempts": 2}, connect_timeout=2, read_timeout=10)
+)
+
 
 # Credentials every session is to sign with instead of the environment's; None: the environment's (a
 # deployed Lambda: its role's session credentials). The local simulator runs every function in one
@@ -68,9 +76,12 @@ def use_credentials(credentials: Credentials | None) -> None:
     reset_sessions()
 
 
-def client(service: str, region: str) -> Any:
-    """A client for ``service``; clients are cheap to reuse across warm invocations, so callers keep them."""
-    return _session(region).client(service, config=RETRY_CONFIG)  # type: ignore[call-overload]
+def client(service: str, region: str, *, has_fallback: bool = False) -> Any:
+    """A client for ``service``; clients are cheap to reuse across warm invocations, so callers keep them.
+
+    ``has_fallback``: the caller does without the answer (:data:`FALLBACK_CONFIG`)."""
+    config = FALLBACK_CONFIG if has_fallback else RETRY_CONFIG
+    return _session(region).client(service, config=config)  # type: ignore[call-overload]
 
 
 def reset_sessions() -> None:
