@@ -49,6 +49,8 @@ class ContextError(ValueError):
 INTERFACE_ENDPOINT_SERVICES = ("sts", "ec2", "sqs", "ssm", "eks", "lambda", "logs", "monitoring")
 GATEWAY_ENDPOINT_SERVICES = ("dynamodb",)
 VPC_ENDPOINT_SERVICES = INTERFACE_ENDPOINT_SERVICES + GATEWAY_ENDPOINT_SERVICES
+# Named only on request: X-Ray, should the traces of functions in a VPC without NAT go missing.
+OPTIONAL_ENDPOINT_SERVICES = ("xray",)
 VPC_CONTEXT_KEYS = ("vpcId", "subnetIds", "clusterSecurityGroupId", "vpcEndpoints", "routeTableIds")
 
 
@@ -68,7 +70,7 @@ class NetworkConfig:
 
     @property
     def interface_endpoints(self) -> tuple[str, ...]:
-        return tuple(s for s in self.endpoints if s in INTERFACE_ENDPOINT_SERVICES)
+        return tuple(s for s in self.endpoints if s not in GATEWAY_ENDPOINT_SERVICES)
 
     @property
     def gateway_endpoints(self) -> tuple[str, ...]:
@@ -213,13 +215,14 @@ def read_network(get: ContextGetter, cluster_count: int) -> NetworkConfig | None
     elif isinstance(requested, str | list):
         parts = requested.split(",") if isinstance(requested, str) else [str(p) for p in requested]
         names = [part.strip().lower() for part in parts if part.strip()]
-        unknown = sorted(set(names) - set(VPC_ENDPOINT_SERVICES))
+        known = VPC_ENDPOINT_SERVICES + OPTIONAL_ENDPOINT_SERVICES
+        unknown = sorted(set(names) - set(known))
         if unknown:
             raise ContextError(
                 f"context 'vpcEndpoints': unknown service(s) {unknown}; use 'all', 'none' (through a NAT "
-                f"gateway) or a comma-separated subset of {', '.join(VPC_ENDPOINT_SERVICES)}"
+                f"gateway) or a comma-separated list of {', '.join(known)}"
             )
-        endpoints = tuple(s for s in VPC_ENDPOINT_SERVICES if s in names)
+        endpoints = tuple(s for s in known if s in names)
     else:
         raise ContextError(f"context 'vpcEndpoints' must be 'all', 'none' or a list, got {requested!r}")
 

@@ -48,6 +48,7 @@ INTERFACE_SERVICES: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     "lambda": ec2.InterfaceVpcEndpointAwsService.LAMBDA_,
     "logs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
     "monitoring": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
+    "xray": ec2.InterfaceVpcEndpointAwsService.XRAY,
 }
 GATEWAY_SERVICES: dict[str, ec2.GatewayVpcEndpointAwsService] = {
     "dynamodb": ec2.GatewayVpcEndpointAwsService.DYNAMODB,

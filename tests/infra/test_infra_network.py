@@ -77,6 +77,15 @@ def test_vpc_keys_as_lists_and_a_subset_of_endpoints() -> None:
     assert config.route_table_ids == ()  # no DynamoDB endpoint, so no route tables needed
 
 
+def test_x_ray_is_an_endpoint_on_request_only() -> None:
+    config = network(
+        vpcId=VPC, subnetIds=SUBNETS[0], clusterSecurityGroupId=CLUSTER_SG, vpcEndpoints="xray,ec2"
+    )
+    assert config is not None and config.interface_endpoints == ("ec2", "xray")
+    default = network(**VPC_CONTEXT)
+    assert default is not None and "xray" not in default.endpoints
+
+
 def test_vpc_endpoints_none_means_nat() -> None:
     config = network(vpcId=VPC, subnetIds=SUBNETS[0], clusterSecurityGroupId=CLUSTER_SG, vpcEndpoints="none")
     assert config is not None and config.endpoints == ()
