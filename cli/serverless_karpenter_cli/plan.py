@@ -18,8 +18,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from serverless_karpenter import amifamily
 from serverless_karpenter.adapters.ec2 import ResolvedNodeClass, Subnet
+from serverless_karpenter.api.ec2nodeclass import spec_ami_family
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.labels import CAPACITY_TYPE, INSTANCE_TYPE, ZONE
 from serverless_karpenter.api.manifests import is_karpenter_kind, parse_manifest
@@ -171,11 +171,8 @@ class _Types:
 
 
 def _ami_family(spec: Mapping[str, Any]) -> str:
-    for term in spec.get("amiSelectorTerms") or ():
-        if term.get("alias"):
-            family = amifamily.alias_family(str(term["alias"]).partition("@")[0])
-            return family if family.lower() in AMI_FAMILIES else "AL2023"
-    family = str(spec.get("amiFamily") or "AL2023")
+    # The model's rule; a family the catalog has no overhead model for is sized as AL2023.
+    family = spec_ami_family(spec)
     return family if family.lower() in AMI_FAMILIES else "AL2023"
 
 
@@ -210,7 +207,9 @@ def build_plan(
         bound_pods=manifests.bound,
         daemonsets=manifests.daemonsets,
         namespaces=namespace_labels(manifests.namespaces),
-        volumes=VolumeIndex.build(manifests.pvcs, manifests.pvs, manifests.storage_classes),
+        volumes=VolumeIndex.build(
+            manifests.pvcs, manifests.pvs, manifests.storage_classes, manifests.csinodes
+        ),
     )
     result, report, _ = simulate_provisioning(state, manifests.pending, _Types(provider))
     return render(result, manifests, report)

@@ -142,6 +142,7 @@ CALLS: dict[tuple[str, str, str], Callable[[Cluster, KubernetesGateway], object]
     ("", "nodes", "get"): lambda c, kube: kube.get_node("n1"),
     ("", "nodes", "delete"): lambda c, kube: kube.delete_node("n1"),
     ("karpenter.sh", "nodepools", "list"): lambda c, kube: kube.list_nodepools(),
+    ("storage.k8s.io", "csinodes", "list"): lambda c, kube: kube.list_csi_nodes(),
     ("karpenter.k8s.aws", "ec2nodeclasses/status", "patch"): write_nodeclass_status,
 }
 

@@ -153,6 +153,7 @@ def test_statefulset_claims_follow_their_storage_class(
         "kind": "StorageClass",
         "metadata": {"name": "zonal"},
         "provisioner": "ebs.csi.aws.com",
+        "volumeBindingMode": "WaitForFirstConsumer",
         "allowedTopologies": [{"matchLabelExpressions": [{"key": wk.ZONE, "values": ["us-east-1d"]}]}],
     }
     pv = {
@@ -172,7 +173,11 @@ def test_statefulset_claims_follow_their_storage_class(
     bound_claim = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "data-db-0", "namespace": "default"},
+        "metadata": {
+            "name": "data-db-0",
+            "namespace": "default",
+            "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+        },
         "spec": {"volumeName": "pv-db-0", "storageClassName": "zonal"},
     }
     out = plan(

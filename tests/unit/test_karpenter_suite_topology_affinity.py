@@ -467,7 +467,14 @@ def test_a_volume_zone_does_not_narrow_the_spread_domains_min_domains_counts() -
         "metadata": {"name": "test-pv"},
         "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [term]}}},
     }
-    pvc = {"metadata": {"name": "test-pvc", "namespace": "default"}, "spec": {"volumeName": "test-pv"}}
+    pvc = {
+        "metadata": {
+            "name": "test-pvc",
+            "namespace": "default",
+            "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+        },
+        "spec": {"volumeName": "test-pv"},
+    }
     cluster = FakeCluster(volumes=VolumeIndex.build([pvc], [pv], []))
     app = {"app": "test"}
     constraint = tsc(selector=app, minDomains=3)

@@ -17,7 +17,11 @@ def pvc(name: str, *, volume: str | None = None, storage_class: str | None = "gp
         spec["volumeName"] = volume
     if storage_class:
         spec["storageClassName"] = storage_class
-    return {"metadata": {"name": name, "namespace": "default"}, "spec": spec}
+    meta: dict[str, Any] = {"name": name, "namespace": "default"}
+    if volume:
+        # The PV controller marks a claim bound both ways; until then it is not taken as bound.
+        meta["annotations"] = {"pv.kubernetes.io/bind-completed": "yes"}
+    return {"metadata": meta, "spec": spec}
 
 
 def pv(name: str, zone: str) -> dict[str, Any]:

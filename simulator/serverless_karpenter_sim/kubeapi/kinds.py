@@ -283,6 +283,7 @@ KINDS: tuple[Kind, ...] = (
     ),
     Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), subresources=_STATUS),
     Kind("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ("sc",)),
+    Kind("storage.k8s.io", "v1", "csinodes", "CSINode", False),
     Kind("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
     Kind(
         "events.k8s.io",

@@ -318,8 +318,3 @@ DEFAULT_BLOCK_DEVICE_MAPPINGS: dict[str, list[dict[str, Any]]] = {
         {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "20Gi", "volumeType": "gp3", "encrypted": True}},
     ],
 }
-
-
-def alias_family(alias_family_name: str) -> str:
-    """The amiFamily an alias implies (al2023 -> AL2023)."""
-    return {"al2023": "AL2023", "al2": "AL2", "bottlerocket": "Bottlerocket"}.get(alias_family_name, "Custom")

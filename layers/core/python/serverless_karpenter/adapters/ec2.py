@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 
 from serverless_karpenter import amifamily
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.api.ec2nodeclass import ami_family_for
 from serverless_karpenter.scheduling.resources import parse
 
 # CreateFleet error codes that mean "this offering has no capacity now" (Karpenter's list).
@@ -333,9 +334,10 @@ class NodeClassResolver:
         found: dict[str, Image] = {}
         for term in terms:
             if term.get("alias"):
-                # An alias stands alone (the API forbids other terms beside it) and sets the family.
+                # An alias stands alone (the API forbids other terms beside it); it sets the family
+                # unless spec.amiFamily does (Custom with an alias: the AMIs, not the bootstrap).
                 family_name, _, version = str(term["alias"]).partition("@")
-                return amifamily.alias_family(family_name), self._alias_images(family_name, version)
+                return ami_family_for(ami_family, family_name), self._alias_images(family_name, version)
             kwargs: dict[str, Any] = {}
             filters = _tag_filters(term.get("tags") or {})
             if term.get("id"):
@@ -350,7 +352,7 @@ class NodeClassResolver:
                 kwargs["Filters"] = filters
             for image in self._ec2.describe_images(**kwargs)["Images"]:
                 found[image["ImageId"]] = _image(image)
-        return ami_family or "Custom", sorted(
+        return ami_family_for(ami_family, None), sorted(
             found.values(), key=lambda i: (i.creation_date, i.id), reverse=True
         )
 

@@ -185,6 +185,10 @@ class KubernetesGateway:
     def list_storage_classes(self) -> list[JSON]:
         return list(self._paginate(self.storage.list_storage_class))
 
+    def list_csi_nodes(self) -> list[JSON]:
+        """Each node's attachable-volume count per CSI driver (existing nodes' volume limits)."""
+        return list(self._paginate(self.storage.list_csi_node))
+
     def _list_cluster_custom(self, group: str, version: str, plural: str) -> list[JSON]:
         return list(
             self._paginate(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Self
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -44,6 +45,25 @@ ALIAS_FAMILIES: dict[str, str] = {
     "windows2022": "Windows2022",
 }
 ALIAS_VERSION_LATEST = "latest"
+
+
+def ami_family_for(ami_family: str | None, alias: str | None) -> str:
+    """The AMI family that shapes user data and default block devices: Karpenter's
+    ``EC2NodeClass.AMIFamily()``. ``spec.amiFamily`` wins when set (it may be 'Custom' beside an alias),
+    else the family the alias (``al2023@latest``, or only its family part) implies, else 'Custom'.
+    The one rule: the model, the live resolver and ``plan`` all call it."""
+    if ami_family:
+        return ami_family
+    if alias:
+        return ALIAS_FAMILIES.get(alias.partition("@")[0], AMI_FAMILY_CUSTOM)
+    return AMI_FAMILY_CUSTOM
+
+
+def spec_ami_family(spec: Mapping[str, Any]) -> str:
+    """:func:`ami_family_for` of an EC2NodeClass spec as a plain dict (the resolver reads those)."""
+    alias = next((str(t["alias"]) for t in spec.get("amiSelectorTerms") or () if t.get("alias")), None)
+    return ami_family_for(spec.get("amiFamily"), alias)
+
 
 MAX_SELECTOR_TERMS = 30
 MAX_SELECTOR_TAGS = 20
@@ -576,10 +596,8 @@ class EC2NodeClass(ResourceModel):
 
         ``spec.amiFamily`` when set (it may be 'Custom' with an alias), otherwise the alias's family.
         """
-        if self.spec.ami_family is not None:
-            return self.spec.ami_family
-        alias = self.ami_alias()
-        return alias.family if alias is not None else AMI_FAMILY_CUSTOM
+        alias = next((t.alias for t in self.spec.ami_selector_terms or () if t.alias), None)
+        return ami_family_for(self.spec.ami_family, alias)
 
     def condition(self, condition_type: str) -> Condition | None:
         return find_condition(self.status.conditions, condition_type)

@@ -21,6 +21,9 @@ class Offering:
     available: bool
     zone_id: str | None = None
     reservation_id: str | None = None
+    # A reserved offering's room: how many more instances its reservation takes (DescribeCapacityReservations
+    # AvailableInstanceCount), which scheduling counts down per NodeClaim (Karpenter's ReservationCapacity).
+    reservation_capacity: int = 0
 
     def labels(self) -> dict[str, str]:
         """The node labels this offering pins: zone, capacity type, and zone-id/reservation when known."""

@@ -20,15 +20,17 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.api.common import parse_duration
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
 from serverless_karpenter.api.nodepool import NodePool
-from serverless_karpenter.clock import parse_rfc3339
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.scheduling import pods as podlib
-from serverless_karpenter.scheduling.requirements import Requirements
 from serverless_karpenter.scheduling.scheduler import NodePoolTemplate
-from serverless_karpenter.termination.handoff import is_reschedulable
+from serverless_karpenter.termination.handoff import (
+    do_not_disrupt_active,
+    is_reschedulable,
+    pdb_key,
+    pdb_selects,
+)
 
 # Record annotations that carry disruption state from one invocation to the next.
 COMMAND_ANNOTATION = "serverless-karpenter.io/disruption-command"
@@ -187,18 +189,10 @@ def observe_pod_events(
     }
 
 
-def _pod_started(pod: Mapping[str, Any]) -> datetime | None:
-    text = (pod.get("status") or {}).get("startTime") or (pod.get("metadata") or {}).get("creationTimestamp")
-    try:
-        return parse_rfc3339(text) if text else None
-    except ValueError:
-        return None
-
-
 def last_pod_event(record: NodeClaimRecord, pods: Sequence[Mapping[str, Any]]) -> datetime:
     """The latest of: initialization, any pod's start on the node, the last observed pod-set change."""
     times = [record.initialized_at or record.registered_at or record.created_at]
-    times += [t for p in pods if not podlib.is_daemonset_pod(p) and (t := _pod_started(p)) is not None]
+    times += [t for p in pods if not podlib.is_daemonset_pod(p) and (t := podlib.started(p)) is not None]
     observed = record.annotations.get(POD_EVENT_ANNOTATION)
     if observed:
         with contextlib.suppress(ValueError):
@@ -244,42 +238,14 @@ def candidates(snapshot: Snapshot) -> tuple[list[Candidate], dict[str, str]]:
 # --- blockers -------------------------------------------------------------------------------------------
 
 
-def _do_not_disrupt_blocks(value: str | None, started: datetime | None, now: datetime) -> bool:
-    if value is None:
-        return False
-    if value.strip().lower() == "true":
-        return True
-    try:
-        duration = parse_duration(value.strip())
-    except ValueError:
-        return False  # an unparseable value does not block, as Karpenter ignores it
-    if duration is None:  # "Never" would mean forever
-        return True
-    return started is None or now < started + duration
-
-
-def _label_selector(selector: Mapping[str, Any] | None) -> Requirements | None:
-    if selector is None:
-        return None
-    return Requirements.from_labels(selector.get("matchLabels") or {}).merged(
-        Requirements.from_node_selector_requirements(selector.get("matchExpressions") or [])
-    )
-
-
 def pdb_blocking(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]]) -> str | None:
     """The PDB (``namespace/name``) that forbids evicting ``pod`` now, read from its status."""
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
     for pdb in pdbs:
-        pmeta = pdb.get("metadata") or {}
-        if pmeta.get("namespace", "default") != meta.get("namespace", "default"):
-            continue
-        selector = _label_selector((pdb.get("spec") or {}).get("selector"))
-        if selector is None or len(selector) == 0 or selector.matches_labels(labels) is not None:
+        if not pdb_selects(pdb, pod):
             continue
         status = pdb.get("status") or {}
         if int(status.get("disruptionsAllowed") or 0) <= 0:
-            return f"{pmeta.get('namespace', 'default')}/{pmeta.get('name')}"
+            return pdb_key(pdb)
     return None
 
 
@@ -307,7 +273,7 @@ def graceful_blocker(
         return None
     for pod in candidate.reschedulable:
         value = ((pod.get("metadata") or {}).get("annotations") or {}).get(wk.DO_NOT_DISRUPT)
-        if _do_not_disrupt_blocks(value, _pod_started(pod), now):
+        if do_not_disrupt_active(pod, now):
             return Blocker(
                 "DoNotDisrupt", f'pod {podlib.key(pod)} has annotation {wk.DO_NOT_DISRUPT}="{value}"'
             )

@@ -221,11 +221,24 @@ def simulate(snapshot: Snapshot, removed: Sequence[Candidate]) -> Rescheduling:
     gone = leaving | {c.node_name for c in removed}
     nodes = [n for n in snapshot.nodes if n["metadata"]["name"] not in gone]
     bound = [p for p in snapshot.pods if podlib.node_name(p) not in gone]
-    capacity = existing_capacity(nodes, bound, snapshot.records)
+    templates = snapshot.templates
+    # The same picture of the cluster the provisioner schedules on: DaemonSets' room kept on nodes that
+    # do not run them yet, startup taints of nodes still starting, launched claims' instance labels.
+    capacity = existing_capacity(
+        nodes,
+        bound,
+        snapshot.records,
+        nodepools=list(snapshot.nodepool_manifests.values()),
+        daemon_pods=templates[0].daemonsets if templates else (),
+        instance_type_labels={it.name: it.labels for t in templates for it in t.instance_types},
+    )
     candidate_pods = [p for c in removed for p in c.reschedulable]
     moving = [p for name in sorted(leaving - {c.node_name for c in removed}) for p in snapshot.pods_on(name)]
     moving = [p for p in moving if is_reschedulable(p)]
-    result = Scheduler(snapshot.templates, capacity).solve([*candidate_pods, *moving, *snapshot.pending])
+    # Karpenter simulates disruption with reserved-capacity fallback (only the provisioner is strict).
+    result = Scheduler(snapshot.templates, capacity, reserved_fallback=True).solve(
+        [*candidate_pods, *moving, *snapshot.pending]
+    )
     ours = {podlib.key(p) for p in candidate_pods}
     must_place = ours | {podlib.key(p) for p in moving}
     errors = {

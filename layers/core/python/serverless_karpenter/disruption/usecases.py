@@ -59,9 +59,13 @@ from serverless_karpenter.disruption.candidates import (
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, Msg, emit_dimensioned, logger
 from serverless_karpenter.provisioning.context import ControlPlane
-from serverless_karpenter.provisioning.provisioner import Provisioner, build_templates, drift_hashes
+from serverless_karpenter.provisioning.provisioner import (
+    Provisioner,
+    build_templates,
+    drift_hashes,
+    nodepool_usage,
+)
 from serverless_karpenter.scheduling import pods as podlib
-from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.scheduler import NodePoolTemplate
 from serverless_karpenter.termination.handoff import has_disrupted_taint
 from serverless_karpenter.termination.terminator import begin_deletion, set_disrupted_taint
@@ -213,12 +217,8 @@ def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
         except (ManifestError, ValueError) as error:
             logger.warning("EC2NodeClass not ready", extra={"ec2nodeclass": name, "error": str(error)})
     records = plane.store.list_live()
-    usage: dict[str, resources.ResourceList] = {}
-    for record in records:
-        if record.is_active or record.is_deleting:
-            usage[record.nodepool] = resources.merge(
-                usage.get(record.nodepool, {}), record.expected_capacity()
-            )
+    nodes = kube.list_nodes()
+    usage = nodepool_usage(nodes, records)
     templates = DeferredTemplates(
         lambda: build_templates(
             [manifests[n] for n in nodepools], resolved, specs, plane, kube.list_daemonsets(), usage
@@ -229,7 +229,7 @@ def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
     return Snapshot(
         now=now,
         records=records,
-        nodes=kube.list_nodes(),
+        nodes=nodes,
         pods=pods,
         nodepools=nodepools,
         nodepool_manifests={n: manifests[n] for n in nodepools},

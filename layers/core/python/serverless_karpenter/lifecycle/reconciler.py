@@ -20,7 +20,7 @@ from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.scheduling import resources
-from serverless_karpenter.scheduling.taints import KNOWN_EPHEMERAL_TAINTS, taints_from_dicts
+from serverless_karpenter.scheduling.taints import is_known_ephemeral, taints_from_dicts
 from serverless_karpenter.termination.terminator import GONE_STATES, begin_deletion, node_is_ready
 
 # Whatever called begin_deletion has ended by then, successfully or not.
@@ -69,7 +69,9 @@ def is_initialized(record: NodeClaimRecord, node: Mapping[str, Any]) -> bool:
     if not node_is_ready(node):
         return False
     present = taints_from_dicts((node.get("spec") or {}).get("taints"))
-    for startup in (*taints_from_dicts(record.startup_taints), *KNOWN_EPHEMERAL_TAINTS):
+    if any(is_known_ephemeral(t) for t in present):
+        return False
+    for startup in taints_from_dicts(record.startup_taints):
         if any(t.matches(startup) for t in present):
             return False
     allocatable = resources.parse_list((node.get("status") or {}).get("allocatable"))

@@ -29,6 +29,12 @@ from serverless_karpenter.provisioning.nodepool_validation import (
 )
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.daemonsets import (
+    daemonset_pod,
+    node_daemons,
+    remaining_daemon_requests,
+    template_terms,
+)
 from serverless_karpenter.scheduling.requirements import Requirements
 from serverless_karpenter.scheduling.scheduler import (
     ExistingCapacity,
@@ -43,7 +49,7 @@ from serverless_karpenter.scheduling.scheduler import (
     offering_allowed,
     truncate_instance_types,
 )
-from serverless_karpenter.scheduling.taints import taints_from_dicts, tolerations_from_dicts, untolerated
+from serverless_karpenter.scheduling.taints import is_known_ephemeral, taints_from_dicts
 from serverless_karpenter.scheduling.volumes import VolumeIndex
 from serverless_karpenter.termination.handoff import is_node_deleting, pods_on_deleting_nodes
 
@@ -87,6 +93,7 @@ def build_templates(
     """NodePool templates for the scheduler, and why any NodePool cannot be used."""
     templates: list[NodePoolTemplate] = []
     problems: dict[str, str] = {}
+    daemon_pods = [daemonset_pod(ds) for ds in daemonsets]
     for nodepool in nodepools:
         name = nodepool["metadata"]["name"]
         spec = nodepool.get("spec") or {}
@@ -95,7 +102,6 @@ def build_templates(
             problems[name] = f'nodeClassRef "{nodeclass_ref(nodepool)}" is not a ready EC2NodeClass'
             continue
         reqs, labels, taints = nodepool_requirements(nodepool)
-        overhead = daemon_overhead(daemonsets, reqs, labels, taints)
         limits = resources.parse_list(spec.get("limits"))
         remaining = (
             resources.subtract(limits, {k: usage.get(name, {}).get(k, 0) for k in limits}) if limits else None
@@ -111,8 +117,8 @@ def build_templates(
                 instance_types=plane.instance_types.instance_types(
                     nodeclass, nodeclass_specs[nodeclass.name]
                 ),
-                daemon_overhead=overhead,
                 remaining=remaining,
+                daemonsets=daemon_pods,
             )
         )
     return templates, problems
@@ -124,71 +130,166 @@ def daemon_overhead(
     labels: Mapping[str, str],
     taints: Any,
 ) -> resources.ResourceList:
-    """Requests of the DaemonSets that would run on a node of this NodePool."""
-    total: resources.ResourceList = {}
-    for ds in daemonsets:
-        template = (ds.get("spec") or {}).get("template") or {}
-        pod = {"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}
-        if untolerated(tolerations_from_dicts(pod["spec"].get("tolerations")), taints) is not None:
-            continue
-        if requirements.compatible(Requirements.from_pod(pod)) is not None:
-            continue
-        total = resources.merge(total, podlib.requests(pod))
-    return total
+    """Requests of the DaemonSets that could run on some node of this NodePool, all at once (``doctor``'s
+    worst case; the scheduler charges each instance type its own, see NodePoolTemplate.daemon_groups)."""
+    pods = [daemonset_pod(ds) for ds in daemonsets]
+    return podlib.total_requests(p for p in pods if template_terms(p, requirements, taints)) if pods else {}
 
 
 def existing_capacity(
     nodes: Sequence[Mapping[str, Any]],
     bound_pods: Sequence[Mapping[str, Any]],
     records: Sequence[NodeClaimRecord],
+    *,
+    nodepools: Sequence[Mapping[str, Any]] = (),
+    daemon_pods: Sequence[Mapping[str, Any]] = (),
+    instance_type_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[ExistingCapacity]:
     """Nodes that take pods, then in-flight NodeClaims whose node has not registered yet.
 
-    Nodes being deleted (or tainted for disruption) are not capacity: their pods are rescheduled."""
+    Nodes being deleted (or tainted for disruption) are not capacity: their pods are rescheduled. As
+    Karpenter's cluster state: a node of ours not yet initialized is taken without the taints it will
+    lose (Karpenter's known ephemeral taints and its NodePool's startupTaints), and each node keeps room
+    for the DaemonSets that will run there but have no pod on it yet (``daemon_pods``: their pods, as
+    :func:`daemonsets.daemonset_pod` makes them). A launched NodeClaim carries
+    the labels of what is known of it (``instance_type_labels``: the launched type's, by name)."""
     used: dict[str, list[Mapping[str, Any]]] = {}
     for pod in bound_pods:
         name = podlib.node_name(pod)
         if name and not podlib.is_terminal(pod):
             used.setdefault(name, []).append(pod)
+    by_node = {key: r for r in records for key in (r.provider_id, r.node_name) if key}
+    startup = {
+        np["metadata"]["name"]: (((np.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+            "startupTaints"
+        )
+        for np in nodepools
+    }
     out: list[ExistingCapacity] = []
+    starting_nodes: list[ExistingCapacity] = []
     provider_ids = set()
     for node in nodes:
         meta, spec = node.get("metadata", {}), node.get("spec", {})
         provider_ids.add(spec.get("providerID"))
         if meta.get("deletionTimestamp") or spec.get("unschedulable") or is_node_deleting(node):
             continue
+        labels = dict(meta.get("labels") or {})
+        record = by_node.get(spec.get("providerID")) or by_node.get(meta["name"])
+        taints = taints_from_dicts(spec.get("taints"))
+        starting = _starting(labels, record)
+        if starting:
+            # Karpenter assumes these go away as the node initializes, and schedules against it anyway.
+            pool_startup = taints_from_dicts(
+                record.startup_taints if record is not None else startup.get(labels.get(wk.NODEPOOL, ""))
+            )
+            taints = tuple(
+                t for t in taints if not is_known_ephemeral(t) and not any(t.matches(s) for s in pool_startup)
+            )
+        running = used.get(meta["name"], [])
         allocatable = resources.parse_list((node.get("status") or {}).get("allocatable"))
-        taints = tuple(
-            t
-            for t in taints_from_dicts(spec.get("taints"))
-            # A node still starting up will lose these; Karpenter schedules against it anyway.
-            if t.key not in (wk.UNREGISTERED_TAINT_KEY, "node.kubernetes.io/not-ready")
-        )
-        out.append(
+        if starting and record is not None:
+            # A kubelet reports extended resources (GPUs) as 0 until its device plugin registers; until
+            # the node is initialized, Karpenter counts what its NodeClaim expects.
+            for name, expected in record.expected_allocatable().items():
+                if allocatable.get(name, 0) == 0 and expected > 0:
+                    allocatable[name] = expected
+        daemons = remaining_daemon_requests(node_daemons(daemon_pods, labels, taints), running)
+        # Karpenter tries initialized nodes before those still starting (stable otherwise).
+        (starting_nodes if starting else out).append(
             ExistingCapacity(
                 name=meta["name"],
-                labels=dict(meta.get("labels") or {}),
+                labels=labels,
                 taints=taints,
-                available=resources.subtract(allocatable, podlib.total_requests(used.get(meta["name"], []))),
-                bound_pods=list(used.get(meta["name"], [])),
+                available=resources.subtract(
+                    allocatable, resources.merge(podlib.total_requests(running), daemons)
+                ),
+                bound_pods=list(running),
             )
         )
+    out += starting_nodes
     for record in records:
         if not record.is_in_flight or (record.provider_id and record.provider_id in provider_ids):
             continue
         reqs = Requirements.from_node_selector_requirements(record.requirements)
-        allocatable = record.expected_allocatable()
+        labels = in_flight_labels(record, reqs, instance_type_labels or {})
+        taints = taints_from_dicts(record.taints)
+        # Launched, its instance type says which DaemonSets it runs; before, the claim's estimate stands.
+        daemons = (
+            remaining_daemon_requests(node_daemons(daemon_pods, labels, taints), [])
+            if record.instance_type and daemon_pods
+            else record.daemon_requests()
+        )
         out.append(
             ExistingCapacity(
                 name=f"nodeclaim/{record.name}",
-                labels=dict(record.labels),
-                taints=taints_from_dicts(record.taints),
-                available=resources.subtract(allocatable, record.daemon_requests()),
+                labels=labels,
+                taints=taints,
+                available=resources.subtract(record.expected_allocatable(), daemons),
                 in_flight=True,
                 requirements=None if record.instance_id else reqs,
             )
         )
     return out
+
+
+def _starting(labels: Mapping[str, str], record: NodeClaimRecord | None) -> bool:
+    """A node of ours (a NodeClaim's, or labelled with a NodePool as in ``plan``'s manifests) that is not
+    initialized yet: no ``karpenter.sh/initialized`` label, and no record saying it is."""
+    if record is None and wk.NODEPOOL not in labels:
+        return False  # not Karpenter's: its taints are what they are
+    if labels.get(wk.INITIALIZED) == "true":
+        return False
+    return record is None or record.state != NodeClaimState.INITIALIZED
+
+
+def in_flight_labels(
+    record: NodeClaimRecord, requirements: Requirements, instance_type_labels: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
+    """The labels a launched NodeClaim's node will have, from what is known: the launched instance type's
+    labels, its zone and capacity type, its NodePool and its single-valued requirements (as Karpenter
+    labels a NodeClaim at launch). Before launch the record's requirements stand in for them."""
+    labels = {k: v for k, v in requirements.single_valued_labels().items() if k != wk.HOSTNAME}
+    labels.update(record.labels)
+    labels[wk.NODEPOOL] = record.nodepool
+    if record.instance_type:
+        labels.update(instance_type_labels.get(record.instance_type) or {})
+        labels[wk.INSTANCE_TYPE] = record.instance_type
+        option = next((o for o in record.instance_type_options if o.name == record.instance_type), None)
+        if option is not None:
+            labels.setdefault(wk.ARCH, option.arch)
+    if record.zone:
+        labels[wk.ZONE] = record.zone
+    if record.capacity_type:
+        labels[wk.CAPACITY_TYPE] = record.capacity_type
+    return labels
+
+
+def nodepool_usage(
+    nodes: Sequence[Mapping[str, Any]], records: Sequence[NodeClaimRecord]
+) -> dict[str, resources.ResourceList]:
+    """What each NodePool's nodes use of its ``limits``: Karpenter's cluster state, where every node
+    labelled with the NodePool (a Node with no NodeClaim record too) and every NodeClaim not yet a Node
+    counts its capacity plus one ``nodes``. A record whose Node exists counts once, as the Node. Nodes
+    being deleted or disrupted count no more (Karpenter's MarkedForDeletion), so their replacements fit."""
+    usage: dict[str, resources.ResourceList] = {}
+
+    def add(pool: str, capacity: Mapping[str, int]) -> None:
+        usage[pool] = resources.merge(usage.get(pool, {}), capacity, {resources.NODES: 1})
+
+    present: set[str] = set()
+    for node in nodes:
+        meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+        present.update(filter(None, (meta.get("name"), spec.get("providerID"))))
+        pool = (meta.get("labels") or {}).get(wk.NODEPOOL)
+        if not pool or meta.get("deletionTimestamp") or is_node_deleting(node):
+            continue
+        status = node.get("status") or {}
+        add(pool, resources.parse_list(status.get("capacity") or status.get("allocatable")))
+    for record in records:
+        if not record.is_active or {record.node_name, record.provider_id} & present:
+            continue
+        add(record.nodepool, record.expected_capacity())
+    return usage
 
 
 @dataclass
@@ -226,18 +327,24 @@ def simulate_provisioning(
     Karpenter's scheduling of the pending pods, then the cost solver's repacking of the new NodeClaims
     (with its report; None when nothing new is needed). NodePools that cannot be used give their reason
     to every unschedulable pod. The templates are returned too, for what a pass reports on NodePools."""
-    usage: dict[str, resources.ResourceList] = {}
-    for record in state.records:
-        if record.is_active or record.is_deleting:
-            usage[record.nodepool] = resources.merge(
-                usage.get(record.nodepool, {}), record.expected_capacity()
-            )
     templates, problems = build_templates(
-        state.nodepools, state.resolved, state.nodeclass_specs, plane, state.daemonsets, usage
+        state.nodepools,
+        state.resolved,
+        state.nodeclass_specs,
+        plane,
+        state.daemonsets,
+        nodepool_usage(state.nodes, state.records),
     )
     for invalid in state.invalid_nodepools:
         problems[invalid.name] = f"NodePool is not valid: {invalid.problem}"
-    capacity = existing_capacity(state.nodes, state.bound_pods, state.records)
+    capacity = existing_capacity(
+        state.nodes,
+        state.bound_pods,
+        state.records,
+        nodepools=state.nodepools,
+        daemon_pods=[daemonset_pod(ds) for ds in state.daemonsets],
+        instance_type_labels={it.name: it.labels for t in templates for it in t.instance_types},
+    )
     result = Scheduler(templates, capacity, namespaces=state.namespaces, volumes=state.volumes).solve(pending)
     for reasons in result.unschedulable.values():
         for pool, problem in problems.items():
@@ -359,12 +466,20 @@ class Provisioner:
         bound = [p for p in kube.list_pods(field_selector="spec.nodeName!=") if not podlib.is_terminal(p)]
         namespaces: dict[str, dict[str, str]] = {}
         volumes: VolumeIndex | None = None
+        csinodes: Sequence[Mapping[str, Any]] = ()
+        try:
+            csinodes = kube.list_csi_nodes()
+        except KubernetesError as error:
+            # A ClusterRole from before csinodes were read: volume topology still holds, without the
+            # existing nodes' volume limits.
+            logger.warning("cannot read CSINodes", extra={"error": str(error)})
         try:
             namespaces = namespace_labels(kube.list_namespaces())
             volumes = VolumeIndex.build(
                 kube.list_persistent_volume_claims(),
                 kube.list_persistent_volumes(),
                 kube.list_storage_classes(),
+                csinodes,
             )
         except KubernetesError as error:
             # Without read access to these, pods are scheduled without volume topology, as before.
@@ -396,7 +511,7 @@ class Provisioner:
         pending = [p for p in plane.kube.list_pending_pods() if podlib.is_provisionable(p)]
         # Issue 6 (termination): like Karpenter, count the reschedulable pods of nodes being deleted as
         # pending, so replacement capacity launches while the drain is still under way.
-        pending += pods_on_deleting_nodes(plane.kube)
+        pending += pods_on_deleting_nodes(plane.kube, plane.clock.now())
         metrics.add_metric(name=MetricName.PENDING_PODS, unit=MetricUnit.Count, value=len(pending))
         outcome = ProvisioningResult(pending=len(pending))
         if not pending:

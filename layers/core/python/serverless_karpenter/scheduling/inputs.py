@@ -10,8 +10,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from serverless_karpenter.scheduling import pods as podlib
@@ -36,6 +37,7 @@ class ManifestSet:
     pvcs: list[Obj] = field(default_factory=list)
     pvs: list[Obj] = field(default_factory=list)
     storage_classes: list[Obj] = field(default_factory=list)
+    csinodes: list[Obj] = field(default_factory=list)  # attachable-volume counts of nodes
     namespaces: list[Obj] = field(default_factory=list)
     runtime_classes: dict[str, Obj] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)  # "Kind/name" of objects plan does not use
@@ -165,10 +167,11 @@ def _is_deleting(node: Mapping[str, Any]) -> bool:
     return is_node_deleting(node)
 
 
-def _reschedulable(pod: Mapping[str, Any]) -> bool:
-    from serverless_karpenter.termination.handoff import is_reschedulable
+def _reschedulable(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]]) -> bool:
+    # As the live provisioner: a pod a PDB keeps from being evicted stays where it is.
+    from serverless_karpenter.termination.handoff import is_currently_reschedulable
 
-    return is_reschedulable(pod)
+    return is_currently_reschedulable(pod, pdbs, datetime.now(UTC))
 
 
 def classify(objects: Iterable[Mapping[str, Any]]) -> ManifestSet:
@@ -201,6 +204,8 @@ def classify(objects: Iterable[Mapping[str, Any]]) -> ManifestSet:
             out.pvs.append(obj)
         elif kind == "StorageClass":
             out.storage_classes.append(obj)
+        elif kind == "CSINode":
+            out.csinodes.append(obj)
         elif kind == "Namespace":
             out.namespaces.append(obj)
         elif kind == "RuntimeClass":
@@ -222,7 +227,7 @@ def classify(objects: Iterable[Mapping[str, Any]]) -> ManifestSet:
             continue
         if node is not None:
             # Karpenter reschedules the pods of a node being deleted: they are pending here.
-            if not _reschedulable(pod):
+            if not _reschedulable(pod, out.pdbs):
                 continue
             pod["spec"] = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
         if podlib.is_daemonset_pod(pod):

@@ -30,9 +30,23 @@ def is_deleting(pod: Pod) -> bool:
     return bool(pod.get("metadata", {}).get("deletionTimestamp"))
 
 
+def is_active(pod: Pod) -> bool:
+    """Karpenter's IsActive: neither finished nor being deleted."""
+    return not is_terminal(pod) and not is_deleting(pod)
+
+
 def is_stuck_terminating(pod: Pod, now: datetime) -> bool:
     stamp = pod.get("metadata", {}).get("deletionTimestamp")
     return bool(stamp) and now - parse_rfc3339(str(stamp)) > STUCK_TERMINATING_AFTER
+
+
+def started(pod: Pod) -> datetime | None:
+    """When the pod started (its creation, before the kubelet reports a start)."""
+    text = (pod.get("status") or {}).get("startTime") or (pod.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return parse_rfc3339(text) if text else None
+    except ValueError:
+        return None
 
 
 def node_name(pod: Pod) -> str | None:
@@ -80,12 +94,24 @@ def _container_requests(container: Mapping[str, Any]) -> resources.ResourceList:
     return resources.parse_list(merged)
 
 
+def _is_pod_level_resource(name: str) -> bool:
+    """The resources pod-level ``spec.resources`` may set (Kubernetes' IsSupportedPodLevelResource)."""
+    return name in (resources.CPU, resources.MEMORY) or name.startswith("hugepages-")
+
+
+def _pod_level_requests(spec: Mapping[str, Any]) -> resources.ResourceList:
+    """``spec.resources`` requests, a missing request defaulting to its limit as the API server does."""
+    declared = spec.get("resources") or {}
+    merged = {**(declared.get("limits") or {}), **(declared.get("requests") or {})}
+    return resources.parse_list({k: v for k, v in merged.items() if _is_pod_level_resource(k)})
+
+
 def requests(pod: Pod) -> resources.ResourceList:
     """Effective requests, as the kube-scheduler computes them.
 
-    max(sum of app containers + restartable (sidecar) init containers, the largest init container plus
-    the sidecars started before it), plus the RuntimeClass overhead already copied into spec.overhead,
-    plus one pod slot.
+    Pod-level ``spec.resources`` requests where set; for the other resources, max(sum of app containers
+    + restartable (sidecar) init containers, the largest init container plus the sidecars started
+    before it). Plus the RuntimeClass overhead already copied into spec.overhead, plus one pod slot.
     """
     spec = pod.get("spec", {})
     app = resources.merge(*(_container_requests(c) for c in spec.get("containers") or []))
@@ -99,6 +125,12 @@ def requests(pod: Pod) -> resources.ResourceList:
         else:
             init_peak = resources.maximum([init_peak, resources.merge(sidecars, r)])
     total = resources.maximum([resources.merge(app, sidecars), init_peak])
+    pod_level = _pod_level_requests(spec)
+    if pod_level:
+        # Pod-level resources (Kubernetes 1.34, beta): what the pod asks as a whole replaces the
+        # containers' sum for the resources it names, as the kube-scheduler's and Karpenter's
+        # PodRequests compute it; the rest still comes from the containers.
+        total = {**total, **pod_level}
     overhead = resources.parse_list(spec.get("overhead"))
     return resources.merge(total, overhead, {resources.PODS: 1})
 

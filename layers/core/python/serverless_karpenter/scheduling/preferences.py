@@ -14,7 +14,7 @@ placed, one relaxation is applied and the pod is tried again (``preferences.go``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,7 @@ from serverless_karpenter.scheduling.topology import (
     resolve_namespaces,
 )
 from serverless_karpenter.scheduling.volumes import VolumeIndex, volume_requirements
+from serverless_karpenter.scheduling.volumeusage import Volumes, pod_volumes
 
 
 @dataclass(eq=False)
@@ -75,6 +76,11 @@ class PodState:
     # ``required_terms`` without the volumes' zones: topology counts from the pod's own affinity (a
     # volume's zone binds the node, not the domains a spread counts over), as Karpenter.
     affinity_terms: list[Requirements] = field(default_factory=list)
+    # The alternatives of node requirements the pod's volumes allow (none: no constraint), the one being
+    # tried, and the claims it mounts by CSI driver (for existing nodes' volume limits).
+    volume_alternatives: list[Requirements] = field(default_factory=list)
+    volume_choice: int = 0
+    volumes: Volumes = field(default_factory=dict)
     _view: PodTopologyView | None = None
     _signature: tuple[Any, ...] | None = None
 
@@ -82,7 +88,16 @@ class PodState:
 
     def node_requirements(self) -> Requirements:
         base = self.required_terms[0]
+        if self.volume_alternatives:
+            base = base.merged(self.volume_alternatives[self.volume_choice])
         return base.merged(self.preferred_node[0]) if self.preferred_node else base
+
+    def volume_choices(self) -> Iterator[int]:
+        """Make each volume alternative current in turn (one pass when there are none): a node takes the
+        pod under the first it can meet, as Karpenter's ``CanAdd``. Stopping early keeps that one."""
+        for choice in range(max(1, len(self.volume_alternatives))):
+            self.volume_choice = choice
+            yield choice
 
     def strict_terms(self) -> tuple[Requirements, ...]:
         return tuple(self.required_terms)
@@ -120,7 +135,9 @@ class PodState:
             self._signature = (
                 tuple(sorted(self.requests.items())),
                 self.tolerations,
-                self.node_requirements(),
+                self.required_terms[0],
+                self.preferred_node[0] if self.preferred_node else None,
+                tuple(self.volume_alternatives),
                 tuple(id(g) for g in self.topology_groups()),
                 self.host_ports,
                 self.tolerate_prefer_no_schedule,
@@ -230,10 +247,11 @@ def prepare(
     terms = [node_selector.merged(t) for t in required_node_affinity_terms(pod)] or [node_selector]
     affinity_terms = list(terms)
     invalid = None
+    volume_alternatives: list[Requirements] = []
+    mounted: Volumes = {}
     if volumes is not None:
-        volume_reqs, invalid = volume_requirements(pod, volumes)
-        if len(volume_reqs):
-            terms = [t.merged(volume_reqs) for t in terms]
+        volume_alternatives, invalid = volume_requirements(pod, volumes)
+        mounted = pod_volumes(pod, volumes)
     tolerations = tolerations_from_dicts(spec.get("tolerations"))
     state = PodState(
         pod=pod,
@@ -247,6 +265,8 @@ def prepare(
         preferred_node=[r for _, r in preferred_node_affinity_terms(pod)],
         invalid=invalid,
         affinity_terms=affinity_terms,
+        volume_alternatives=volume_alternatives,
+        volumes=mounted,
     )
     affinity = spec.get("affinity") or {}
     pod_affinity = affinity.get("podAffinity") or {}

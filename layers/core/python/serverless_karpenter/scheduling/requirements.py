@@ -54,6 +54,8 @@ NORMALIZED_LABELS: Mapping[str, str] = {
     "beta.kubernetes.io/arch": wk.ARCH,
     "beta.kubernetes.io/os": wk.OS,
     "beta.kubernetes.io/instance-type": wk.INSTANCE_TYPE,
+    # karpenter-provider-aws adds the EBS CSI driver's topology key (its operator does, at start).
+    "topology.ebs.csi.aws.com/zone": wk.ZONE,
 }
 
 # Karpenter lets an incoming requirement with one of these operators pass when the key is undefined, or

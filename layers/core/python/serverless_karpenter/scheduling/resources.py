@@ -26,6 +26,8 @@ AWS_NEURON = "aws.amazon.com/neuron"
 AWS_NEURON_CORE = "aws.amazon.com/neuroncore"
 EFA = "vpc.amazonaws.com/efa"
 HABANA_GAUDI = "habana.ai/gaudi"
+# Karpenter's resources.Node: a NodePool's ``limits.nodes``; every node (and NodeClaim) counts 1.
+NODES = "nodes"
 
 _MILLI_RESOURCES = frozenset({CPU})
 _BINARY_UNITS = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
@@ -80,6 +82,16 @@ def maximum(lists: Iterable[Mapping[str, int]]) -> ResourceList:
             if v > out.get(name, 0):
                 out[name] = v
     return out
+
+
+def minimum(lists: Iterable[Mapping[str, int]]) -> ResourceList:
+    """The per-resource minimum of the lists, an absent resource counting as 0 (so only what every list
+    names is left)."""
+    lists = list(lists)
+    if not lists:
+        return {}
+    names = set(lists[0]).intersection(*lists[1:])
+    return {name: min(rl[name] for rl in lists) for name in names if min(rl[name] for rl in lists) > 0}
 
 
 def exceeded(requests: Mapping[str, int], available: Mapping[str, int]) -> list[str]:

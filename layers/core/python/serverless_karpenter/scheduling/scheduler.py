@@ -25,13 +25,21 @@ from typing import Any, Protocol
 
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.daemonsets import NO_DAEMONS, DaemonGroup, group_of, template_terms
+from serverless_karpenter.scheduling.dra import DRA_ERROR, has_dra_requirements
 from serverless_karpenter.scheduling.hostports import HostPort, conflict, host_ports
 from serverless_karpenter.scheduling.hostports import describe as describe_port
 from serverless_karpenter.scheduling.preferences import PodState, link, prepare, restricted_requirement
 from serverless_karpenter.scheduling.requirements import Requirement, Requirements
+from serverless_karpenter.scheduling.reservations import (
+    Reservations,
+    ReservationShortfall,
+    reserved_requirements,
+)
 from serverless_karpenter.scheduling.taints import PREFER_NO_SCHEDULE, Taint, taints_from_dicts, untolerated
 from serverless_karpenter.scheduling.topology import ANTI_AFFINITY, PER_NODE_KEYS, Topology
 from serverless_karpenter.scheduling.volumes import VolumeIndex
+from serverless_karpenter.scheduling.volumeusage import VolumeUsage
 
 # Keys an offering decides rather than the instance type.
 OFFERING_KEYS = frozenset({wk.ZONE, wk.CAPACITY_TYPE, wk.ZONE_ID, wk.CAPACITY_RESERVATION_ID})
@@ -74,7 +82,11 @@ class InstanceTypeLike(Protocol):
 
 @dataclass
 class NodePoolTemplate:
-    """What scheduling needs of a NodePool: its requirements (labels included), taints and room."""
+    """What scheduling needs of a NodePool: its requirements (labels included), taints and room.
+
+    ``daemonsets`` are the pods the cluster's DaemonSets run (:func:`daemonsets.daemonset_pod`); which of
+    them a node runs, so what they take of it, depends on its instance type (:meth:`daemon_groups`).
+    ``daemon_overhead`` is charged to every type besides (a fixed overhead, as some callers give it)."""
 
     name: str
     nodeclass: str
@@ -86,6 +98,70 @@ class NodePoolTemplate:
     daemon_overhead: resources.ResourceList = field(default_factory=dict)
     # Remaining room under spec.limits (None: unlimited).
     remaining: resources.ResourceList | None = None
+    daemonsets: Sequence[Mapping[str, Any]] = ()
+    _groups: tuple[list[DaemonGroup], list[int], dict[str, int]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def daemon_groups(self) -> tuple[list[DaemonGroup], list[int]]:
+        """The distinct DaemonSet groups of this NodePool's nodes, and each instance type's (by position
+        in ``instance_types``): Karpenter's buildDaemonOverheadGroups, computed once per template."""
+        if self._groups is None:
+            self._groups = self._build_groups()
+        return self._groups[0], self._groups[1]
+
+    def overhead_for(self, it: InstanceTypeLike) -> resources.ResourceList:
+        """What the DaemonSets take of a node of type ``it`` of this NodePool."""
+        groups, _ = self.daemon_groups()
+        assert self._groups is not None
+        index = self._groups[2].get(it.name)
+        return groups[index].overhead if index is not None else dict(self.daemon_overhead)
+
+    def _build_groups(self) -> tuple[list[DaemonGroup], list[int], dict[str, int]]:
+        pods = list(self.daemonsets)
+        # A new node will be registered and initialized: a DaemonSet that waits for those labels still
+        # runs there (Karpenter's NodeClaimTemplate adds them for this simulation alone).
+        node_to_be = self.requirements.add(
+            Requirement(wk.REGISTERED, "In", ("true",)), Requirement(wk.INITIALIZED, "In", ("true",))
+        )
+        terms = [template_terms(pod, node_to_be, self.taints) for pod in pods]
+        # A DaemonSet whose terms name no instance-type or offering key runs on every type or none.
+        per_type = [i for i, ts in enumerate(terms) if any(_names_type_keys(t) for t in ts)]
+        everywhere = [i for i, ts in enumerate(terms) if ts and i not in per_type]
+        groups: list[DaemonGroup] = []
+        keys: dict[tuple[int, ...], int] = {}
+        of_type: list[int] = []
+        by_name: dict[str, int] = {}
+        for it in self.instance_types:
+            members = tuple(
+                sorted(
+                    everywhere
+                    + [i for i in per_type if any(instance_type_mismatch(t, it) is None for t in terms[i])]
+                )
+            )
+            index = keys.get(members)
+            if index is None:
+                group = group_of(pods, members)
+                index = keys[members] = len(groups)
+                groups.append(
+                    DaemonGroup(resources.merge(self.daemon_overhead, group.overhead), group.host_ports)
+                )
+            of_type.append(index)
+            by_name[it.name] = index
+        return groups, of_type, by_name
+
+
+def _names_type_keys(requirements: Requirements) -> bool:
+    return any(defined_by_instance_type(key) or key in OFFERING_KEYS for key in requirements)
+
+
+def claim_daemon_overhead(
+    template: NodePoolTemplate, instance_types: Sequence[InstanceTypeLike]
+) -> resources.ResourceList:
+    """A NodeClaim's DaemonSet requests: the least any of its instance types' DaemonSets take
+    (Karpenter's addDaemonRequests, the minimum across the overhead groups it still has types of)."""
+    overheads = {id(o): o for o in (template.overhead_for(it) for it in instance_types)}
+    return resources.minimum(overheads.values())
 
 
 @dataclass
@@ -142,6 +218,29 @@ def offering_filter(requirements: Requirements) -> Callable[[Any], bool]:
     """Whether an offering is available in the zones and capacity types ``requirements`` allow; the two
     requirements are looked up once, for loops over many offerings."""
     zone, capacity_type = requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)
+    if wk.CAPACITY_RESERVATION_ID in requirements:
+        # A claim holding reservations launches into those only; an offering of no reservation has no
+        # reservation-id label.
+        reservation = requirements.get(wk.CAPACITY_RESERVATION_ID)
+        rest = offering_filter(requirements.without(wk.CAPACITY_RESERVATION_ID))
+        return lambda o: (
+            rest(o)
+            and (
+                reservation.has(o.reservation_id)
+                if getattr(o, "reservation_id", None)
+                else reservation.allows_absent()
+            )
+        )
+    if wk.ZONE_ID in requirements:
+        # A zone id names one zone of the account (use1-az1 is us-east-1b in one account, 1a in
+        # another): an offering whose zone id is unknown cannot be shown to satisfy it.
+        zone_id = requirements.get(wk.ZONE_ID)
+        return lambda o: (
+            o.available
+            and zone.has(o.zone)
+            and capacity_type.has(o.capacity_type)
+            and zone_id.has(getattr(o, "zone_id", None) or "")
+        )
     return lambda o: o.available and zone.has(o.zone) and capacity_type.has(o.capacity_type)
 
 
@@ -285,18 +384,24 @@ def truncate_instance_types(result: SchedulingResult) -> SchedulingResult:
 
 
 class _TypeView:
-    """An instance type with its allocatable unpacked, so the hot filters compare plain integers."""
+    """An instance type of a NodePool with what its pods can use unpacked (allocatable less what the
+    DaemonSets of such a node take), so the hot filters compare plain integers with pod requests. A
+    type whose DaemonSets do not fit at all has room for nothing."""
 
-    __slots__ = ("cpu", "exotic", "extra", "it", "memory", "pods")
+    __slots__ = ("cpu", "daemons", "exotic", "extra", "it", "memory", "pods", "ports")
 
-    def __init__(self, it: InstanceTypeLike) -> None:
-        alloc = it.allocatable
+    def __init__(self, it: InstanceTypeLike, daemons: DaemonGroup = NO_DAEMONS) -> None:
+        net = resources.subtract(it.allocatable, daemons.overhead)
         self.it = it
         self.exotic = is_exotic(it)
-        self.cpu = alloc.get(resources.CPU, 0)
-        self.memory = alloc.get(resources.MEMORY, 0)
-        self.pods = alloc.get(resources.PODS, 0)
-        self.extra = {k: v for k, v in alloc.items() if k not in _CORE}
+        self.daemons = daemons
+        self.ports = daemons.host_ports
+        self.cpu = net.get(resources.CPU, 0)
+        self.memory = net.get(resources.MEMORY, 0)
+        self.pods = net.get(resources.PODS, 0)
+        self.extra = {k: v for k, v in net.items() if k not in _CORE}
+        if any(v < 0 for v in net.values()):
+            self.cpu = -1
 
     def fits(self, cpu: int, memory: int, pods: int, extra: Mapping[str, int]) -> bool:
         if cpu > self.cpu or memory > self.memory or pods > self.pods:
@@ -324,7 +429,10 @@ class _Pool:
 
     def __init__(self, template: NodePoolTemplate) -> None:
         self.template = template
-        self.views = [_TypeView(it) for it in template.instance_types]
+        groups, of_type = template.daemon_groups()
+        self.views = [
+            _TypeView(it, groups[g]) for it, g in zip(template.instance_types, of_type, strict=True)
+        ]
         self._compatible: dict[Requirements, tuple[list[_TypeView], frozenset[int]]] = {}
 
     def compatible(self, requirements: Requirements) -> tuple[list[_TypeView], frozenset[int]]:
@@ -352,6 +460,8 @@ class _Claim:
     # What the smallest option has of each: a total within it keeps every option.
     floor: tuple[int, int, int] = (0, 0, 0)
     _hostname: Requirement | None = None
+    # The capacity reservations the claim holds (reservations.py).
+    reserved: frozenset[str] = frozenset()
     # The claim's requirements on some keys, for as long as its requirements are the same object.
     _domains: tuple[Requirements | None, tuple[str, ...], tuple[Requirement, ...]] = (None, (), ())
 
@@ -379,7 +489,8 @@ class _Claim:
                 max(pods_, default=0),
             )
             self.floor = (min(cpus, default=0), min(memories, default=0), min(pods_, default=0))
-        requests = self.claim.requests
+        # The views' room is net of their DaemonSets: only the pods' requests count against it.
+        requests = self.claim.pod_requests
         _, cpu, memory, pods = self._envelope
         self.room_cpu = cpu - requests.get(resources.CPU, 0)
         self.room_memory = memory - requests.get(resources.MEMORY, 0)
@@ -408,7 +519,8 @@ class _TopologyMemo:
     @staticmethod
     def of(state: PodState) -> _TopologyMemo | None:
         groups = state.topology_groups()
-        if not groups or any(g.key in PER_NODE_KEYS for g in groups):
+        # The verdicts hold for one set of the pod's requirements: not across volume alternatives.
+        if not groups or any(g.key in PER_NODE_KEYS for g in groups) or len(state.volume_alternatives) > 1:
             return None
         return _TopologyMemo(tuple(sorted({g.key for g in groups})))
 
@@ -424,6 +536,7 @@ class _Existing:
     capacity: ExistingCapacity
     domains: Requirements  # the node's labels (with its hostname) as requirements
     host_ports: set[HostPort]
+    volume_usage: VolumeUsage | None = None  # None: its CSINode limits no driver
 
 
 def _hostname_requirement(hostname: str) -> Requirement:
@@ -435,7 +548,9 @@ class Scheduler:
 
     ``namespaces`` (name -> labels) resolves pod affinity namespaceSelectors; ``volumes`` enables volume
     topology (without it, volumes are not checked). Pods already bound to existing capacity are read from
-    ``ExistingCapacity.bound_pods`` for topology counts and host ports.
+    ``ExistingCapacity.bound_pods`` for topology counts and host ports. ``reserved_fallback`` lets a pod
+    that finds no room in a reservation fall back to other capacity (disruption's simulation) rather than
+    wait for it (the provisioner's).
     """
 
     def __init__(
@@ -445,9 +560,13 @@ class Scheduler:
         *,
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         volumes: VolumeIndex | None = None,
+        reserved_fallback: bool = False,
     ) -> None:
         # Heaviest pools first; ties by name, as Karpenter orders them.
         self._pools = [_Pool(p) for p in sorted(nodepools, key=lambda p: (-p.weight, p.name))]
+        self._reservations = Reservations(
+            (it for p in self._pools for it in p.template.instance_types), strict=not reserved_fallback
+        )
         self._existing_input = list(existing)
         self._new: list[NewNodeClaim] = []
         self._claims: list[_Claim] = []
@@ -487,6 +606,8 @@ class Scheduler:
             if wk.HOSTNAME not in domains:
                 domains = domains.add(_hostname_requirement(labels[wk.HOSTNAME]))
             entry = _Existing(capacity, domains, set())
+            if self._volumes is not None:
+                entry.volume_usage = VolumeUsage.of_node(capacity.name, capacity.bound_pods, self._volumes)
             existing.append(entry)
             for pod in capacity.bound_pods:
                 entry.host_ports.update(host_ports(pod))
@@ -530,6 +651,8 @@ class Scheduler:
             prepare(pod, self.topology, namespace_labels=self._namespaces, volumes=self._volumes)
             for pod in pending
         ]
+        # A pod with DRA resource claims is refused outright, never relaxed (dra.py).
+        refused = {id(state) for state, pod in zip(states, pending, strict=True) if has_dra_requirements(pod)}
         existing = self._setup(states)
         states.sort(
             key=lambda s: (-s.requests.get(resources.CPU, 0), -s.requests.get(resources.MEMORY, 0), s.key)
@@ -537,7 +660,11 @@ class Scheduler:
         unschedulable: dict[str, dict[str, str]] = {}
         # Karpenter's queue: a pod that fails is relaxed and tried again after the others; one with nothing
         # left to relax is retried only if some pod was placed since its last try (pod affinity may now hold).
-        queue: deque[PodState] = deque(states)
+        dra_reasons = {p.template.name: DRA_ERROR for p in self._pools} or {"": DRA_ERROR}
+        for state in states:
+            if id(state) in refused:
+                unschedulable[state.key] = dict(dra_reasons)
+        queue: deque[PodState] = deque(s for s in states if id(s) not in refused)
         placed = 0
         last_failure: dict[int, int] = {}
         while queue:
@@ -548,16 +675,27 @@ class Scheduler:
                 unschedulable.pop(state.key, None)
                 continue
             unschedulable[state.key] = reasons
-            if state.invalid is None and state.relax(prefer_no_schedule_taints=self._prefer_no_schedule):
+            # A pod waiting for reserved capacity keeps its preferences: the room may come back.
+            waits = any(isinstance(r, ReservationShortfall) for r in reasons.values())
+            if (
+                state.invalid is None
+                and not waits
+                and state.relax(prefer_no_schedule_taints=self._prefer_no_schedule)
+            ):
                 queue.append(state)
-            elif (state.required_affinity or state.preferred_affinity) and last_failure.get(
+            elif (waits or state.required_affinity or state.preferred_affinity) and last_failure.get(
                 id(state)
             ) != placed:
+                # As for pod affinity, a placement since may have freed a reservation (a claim that
+                # narrowed gives back the ones it can no longer launch into).
                 last_failure[id(state)] = placed
                 queue.append(state)
         rankings: dict[tuple[int, Requirement, Requirement], list[_TypeView]] = {}
         for entry in self._claims:
+            if entry.reserved:
+                entry.claim.requirements = reserved_requirements(entry.claim.requirements, entry.reserved)
             entry.claim.instance_types = self._launch_options(entry, rankings)
+            entry.claim.daemon_overhead = _least_overhead(entry.views)
         return SchedulingResult(
             new_nodeclaims=self._new,
             existing={e.capacity.name: e.capacity.pods for e in existing if e.capacity.pods},
@@ -612,7 +750,7 @@ class Scheduler:
         start = self._skip_existing.get(signature, 0) if signature is not None else 0
         if state.invalid is None:
             for index in range(start, len(existing)):
-                if self._try_existing(existing[index], state):
+                if any(self._try_existing(existing[index], state) for _ in state.volume_choices()):
                     if signature is not None:
                         self._skip_existing[signature] = index
                     return None
@@ -628,20 +766,28 @@ class Scheduler:
                         continue
                     if rejected is not None and id(entry) in rejected:
                         continue
-                    if self._try_claim(entry, state, memo) is None:
-                        self._recount(entry, count)
-                        return None
-                    if rejected is not None:
+                    for _ in state.volume_choices():
+                        refusal = self._try_claim(entry, state, memo)
+                        if refusal is None:
+                            self._recount(entry, count)
+                            return None
+                    # A reservation another claim frees may let the claim take the pod later.
+                    if rejected is not None and not isinstance(refusal, ReservationShortfall):
                         rejected.add(id(entry))
         reasons: dict[str, str] = {}
         for pool in self._pools:
             if state.invalid is not None:
                 reasons[pool.template.name] = state.invalid
                 continue
-            reason = self._open_claim(pool, state)
-            if reason is None:
-                return None
-            reasons[pool.template.name] = reason
+            for _ in state.volume_choices():
+                reason = self._open_claim(pool, state)
+                if reason is None:
+                    return None
+                # The last alternative's reason stands for all, as Karpenter's lastErr.
+                reasons[pool.template.name] = reason
+            if isinstance(reason, ReservationShortfall):
+                # Karpenter waits for the heavier NodePool's reservation rather than fall back.
+                break
         if not self._pools:
             reasons[""] = state.invalid or "no NodePool exists"
         return reasons
@@ -656,6 +802,8 @@ class Scheduler:
             return False
         if state.host_ports and conflict(state.host_ports, entry.host_ports) is not None:
             return False
+        if entry.volume_usage is not None and entry.volume_usage.exceeds(state.volumes) is not None:
+            return False
         node_requirements = state.node_requirements()
         if capacity.requirements is not None:
             if not capacity.requirements.is_compatible(node_requirements):
@@ -669,6 +817,8 @@ class Scheduler:
         capacity.available = resources.subtract(capacity.available, state.requests)
         capacity.pods.append(state.key)
         entry.host_ports.update(state.host_ports)
+        if entry.volume_usage is not None:
+            entry.volume_usage.add(state.volumes)
         self._record(state, entry.domains, capacity.taints, exact=True)
         return True
 
@@ -709,7 +859,7 @@ class Scheduler:
                 return "topology"
             if len(narrowed):
                 merged = merged.merged(narrowed)
-        total = resources.merge(claim.requests, state.requests)
+        total = resources.merge(claim.pod_requests, state.requests)
         cpu, memory, pods, extra = _split(total)
         floor_cpu, floor_memory, floor_pods = entry.floor
         if cpu <= floor_cpu and memory <= floor_memory and pods <= floor_pods:
@@ -718,6 +868,8 @@ class Scheduler:
             views = [v for v in entry.views if v.cpu >= cpu and v.memory >= memory and v.pods >= pods]
         if extra:
             views = [v for v in views if v.fits(cpu, memory, pods, extra)]
+        if state.host_ports:
+            views = [v for v in views if not v.ports or conflict(state.host_ports, v.ports) is None]
         if merged is not claim.requirements:
             _, allowed = entry.pool.compatible(merged)
             views = [v for v in views if id(v) in allowed]
@@ -725,6 +877,13 @@ class Scheduler:
             return "resources"
         if merged.has_min_values() and merged.check_min_values([v.it.labels for v in views]) is not None:
             return "minValues"
+        reserved = entry.reserved
+        if self._reservations:
+            found = self._reservations.to_reserve(reserved, (v.it for v in views), offering_filter(merged))
+            if isinstance(found, ReservationShortfall):
+                return found
+            self._reservations.hold(reserved, found)
+            entry.reserved = found
         claim.requirements = merged
         entry.views = views
         claim.pod_requests = resources.merge(claim.pod_requests, state.requests)
@@ -765,18 +924,30 @@ class Scheduler:
         compatible, _ = pool.compatible(merged)
         if not compatible:
             return _no_type_reason(pool, merged)
-        total = resources.merge(state.requests, template.daemon_overhead)
-        cpu, memory, pods, extra = _split(total)
+        if state.host_ports:
+            # A new node starts with its DaemonSets' host ports taken (Karpenter's per-group usage).
+            free = [v for v in compatible if not v.ports or conflict(state.host_ports, v.ports) is None]
+            if not free:
+                clash = conflict(state.host_ports, compatible[0].ports)
+                assert clash is not None
+                return (
+                    f'nodepool "{name}": {describe_port(clash)} is taken by a DaemonSet on every '
+                    "instance type"
+                )
+            compatible = free
+        cpu, memory, pods, extra = _split(state.requests)
         fitting = [v for v in compatible if v.cpu >= cpu and v.memory >= memory and v.pods >= pods]
         if extra:
             fitting = [v for v in fitting if v.fits(cpu, memory, pods, extra)]
         if not fitting:
-            return _resource_reason(name, state.requests, template.daemon_overhead, merged, compatible)
+            return _resource_reason(name, state.requests, merged, compatible)
         remaining = self._remaining[name]
         if remaining is not None:
-            # Only the resources the NodePool limits count.
+            if remaining.get(resources.NODES, 1) <= 0:
+                return f'nodepool "{name}" limits: node limits have been exhausted for nodepool'
+            # Only the resources the NodePool limits count; a new node is one of limits.nodes.
             within = [
-                v for v in fitting if all(v.it.capacity.get(k, 0) <= room for k, room in remaining.items())
+                v for v in fitting if all(_limited_capacity(v.it, k) <= room for k, room in remaining.items())
             ]
             if not within:
                 return _limits_reason(name, remaining, fitting)
@@ -787,13 +958,20 @@ class Scheduler:
             failed = merged.check_min_values([v.it.labels for v in fitting])
             if failed is not None:
                 return f'nodepool "{name}": {failed} among the {len(fitting)} instance types that fit'
+        reserved: frozenset[str] = frozenset()
+        if self._reservations:
+            found = self._reservations.to_reserve(reserved, (v.it for v in fitting), offering_filter(merged))
+            if isinstance(found, ReservationShortfall):
+                return ReservationShortfall(f'nodepool "{name}": {found}')
+            self._reservations.hold(reserved, found)
+            reserved = found
         claim = NewNodeClaim(
             nodepool=name,
             nodeclass=template.nodeclass,
             requirements=merged,
             labels=dict(template.labels),
             taints=template.taints,
-            daemon_overhead=dict(template.daemon_overhead),
+            daemon_overhead=_least_overhead(fitting),
             pod_requests=dict(state.requests),
             instance_types=[],
             pods=[state.key],
@@ -802,9 +980,10 @@ class Scheduler:
         )
         if remaining is not None:
             # Reserve the largest option's capacity, as Karpenter does, so limits are never overshot.
-            largest = resources.maximum(v.it.capacity for v in fitting)
-            self._remaining[name] = resources.subtract(remaining, {k: largest.get(k, 0) for k in remaining})
-        entry = _Claim(claim, pool, fitting)
+            self._remaining[name] = resources.subtract(
+                remaining, {k: max(_limited_capacity(v.it, k) for v in fitting) for k in remaining}
+            )
+        entry = _Claim(claim, pool, fitting, reserved=reserved)
         entry.refresh_room()
         self._claims.append(entry)
         self._by_pod_count.setdefault(1, {})[entry] = None
@@ -954,11 +1133,16 @@ def _pool_domains(template: NodePoolTemplate, views: Sequence[_TypeView], key: s
     return {v for v in values if requirement.has(v)}
 
 
+def _limited_capacity(it: InstanceTypeLike, key: str) -> int:
+    """What a node of type ``it`` uses of a NodePool limit on ``key``."""
+    return 1 if key == resources.NODES else it.capacity.get(key, 0)
+
+
 def _limits_reason(nodepool: str, remaining: Mapping[str, int], fitting: Sequence[_TypeView]) -> str:
     keys = sorted(remaining)
-    smallest = min(fitting, key=lambda v: tuple(v.it.capacity.get(k, 0) for k in keys))
+    smallest = min(fitting, key=lambda v: tuple(_limited_capacity(v.it, k) for k in keys))
     left = " ".join(f"{k}={resources.format_quantity(k, max(remaining[k], 0))}" for k in keys)
-    needs = " ".join(f"{k}={resources.format_quantity(k, smallest.it.capacity.get(k, 0))}" for k in keys)
+    needs = " ".join(f"{k}={resources.format_quantity(k, _limited_capacity(smallest.it, k))}" for k in keys)
     return (
         f'nodepool "{nodepool}" limits: remaining {left}; the smallest instance type that fits '
         f"({smallest.it.name}) has {needs}"
@@ -979,30 +1163,36 @@ def _no_type_reason(pool: _Pool, requirements: Requirements) -> str:
     return f'no instance type in nodepool "{name}" satisfies all of {_describe(requirements)} at once'
 
 
+def _least_overhead(views: Sequence[_TypeView]) -> resources.ResourceList:
+    """The least DaemonSet overhead among the views (per distinct group, as Karpenter's minimum)."""
+    groups = {id(v.daemons): v.daemons.overhead for v in views}
+    return resources.minimum(groups.values())
+
+
 def _resource_reason(
     nodepool: str,
     requests: Mapping[str, int],
-    overhead: Mapping[str, int],
     requirements: Requirements,
     compatible: Sequence[_TypeView],
 ) -> str:
     shown = {k: v for k, v in requests.items() if k != resources.PODS}
     text = f"requests {resources.format_list(shown)}"
-    overhead_shown = {k: v for k, v in overhead.items() if k != resources.PODS}
+    overhead = _least_overhead(compatible)
+    overhead_shown = {k: v for k, v in overhead.items() if k != resources.PODS and v > 0}
     if overhead_shown:
         text += f" plus daemonset overhead {resources.format_list(overhead_shown)}"
-    total = resources.merge(requests, overhead)
     allowed_by = f'in nodepool "{nodepool}" allowed by {_describe(requirements)}'
-    for name in sorted(total, key=lambda n: (n not in (resources.CPU, resources.MEMORY), n)):
-        if total[name] <= 0:
+    for name in sorted(requests, key=lambda n: (n not in (resources.CPU, resources.MEMORY), n)):
+        if requests[name] <= 0:
             continue
-        best = max((v.it.allocatable.get(name, 0) for v in compatible), default=0)
-        if best == 0:
+        if not any(v.it.allocatable.get(name, 0) for v in compatible):
             return f"{text}; no instance type {allowed_by} offers {name}"
-        if total[name] > best:
+        # What the pods of each type can have of it, its DaemonSets' share taken.
+        best = max(v.it.allocatable.get(name, 0) - v.daemons.overhead.get(name, 0) for v in compatible)
+        if requests[name] > best:
             return (
                 f"{text}; no instance type {allowed_by} has enough {name} "
-                f"(largest allocatable {resources.format_quantity(name, best)})"
+                f"(largest allocatable {resources.format_quantity(name, best + overhead.get(name, 0))})"
             )
     return f"{text}; no single instance type {allowed_by} has room for all of them at once"
 

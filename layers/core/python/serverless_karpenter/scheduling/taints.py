@@ -60,10 +60,20 @@ class Taint:
 # the cloud provider's uninitialized, and our unregistered taint).
 KNOWN_EPHEMERAL_TAINTS = (
     Taint("node.kubernetes.io/not-ready", "", NO_SCHEDULE),
+    Taint("node.kubernetes.io/not-ready", "", NO_EXECUTE),
     Taint("node.kubernetes.io/unreachable", "", NO_SCHEDULE),
     Taint("node.cloudprovider.kubernetes.io/uninitialized", "true", NO_SCHEDULE),
     Taint("karpenter.sh/unregistered", "", NO_EXECUTE),
 )
+# Taint families whose key ends in a controller's own suffix (the Node Readiness Controller's rules).
+KNOWN_EPHEMERAL_TAINT_PREFIXES = ("readiness.k8s.io/",)
+
+
+def is_known_ephemeral(taint: Taint) -> bool:
+    """Karpenter's IsKnownEphemeralTaint (key and effect, or a known key prefix)."""
+    return any(taint.matches(known) for known in KNOWN_EPHEMERAL_TAINTS) or taint.key.startswith(
+        KNOWN_EPHEMERAL_TAINT_PREFIXES
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.requirements import Requirement, Requirements
+from serverless_karpenter.scheduling.reservations import offers_reserved
 from serverless_karpenter.scheduling.scheduler import (
     CAPACITY_RANK,
     MAX_INSTANCE_TYPES,
@@ -38,6 +39,7 @@ from serverless_karpenter.scheduling.scheduler import (
     NewNodeClaim,
     NodePoolTemplate,
     SchedulingResult,
+    claim_daemon_overhead,
     instance_type_mismatch,
     offering_allowed,
     offering_filter,
@@ -201,7 +203,8 @@ def improve(
     requests = [podlib.requests(p) for p in claim_pods]
     requests_of = {podlib.key(p): r for p, r in zip(claim_pods, requests, strict=True)}
     dims = sorted(
-        {name for r in requests for name in r} | {name for t in templates for name in t.daemon_overhead}
+        {name for r in requests for name in r}
+        | {name for t in templates for g in t.daemon_groups()[0] for name in g.overhead}
     )
     vectors: list[Vector] = [tuple(r.get(d, 0) for d in dims) for r in requests]
 
@@ -210,11 +213,14 @@ def improve(
 
     pinned: list[NewNodeClaim] = []
     groups: dict[tuple[str, frozenset[Requirement]], list[NewNodeClaim]] = {}
+    # Reservations' room is counted by the scheduler alone: a repack could plan one past it.
+    reserved_pools = {t.name for t in templates if offers_reserved(t.instance_types)}
     for claim in claims:
         pool = pools.get(claim.nodepool)
         movable = (
             pool is not None
             and pool.remaining is None
+            and pool.name not in reserved_pools
             and all(k in pod_index and constraints[pod_index[k]].pinned_reason is None for k in claim.pods)
         )
         if movable:
@@ -314,7 +320,7 @@ def _lower_bound(
     for pool in templates:
         for it in pool.instance_types:
             price = _min_price(pool.requirements, it)
-            room = _room(it, pool.daemon_overhead, dims, grain)
+            room = _room(it, pool.overhead_for(it), dims, grain)
             if price is not None and room is not None:
                 columns.append((room, price))
     bound, _ = dual_bound(demand, min_nodes, columns)
@@ -358,7 +364,7 @@ def _repack(
         if instance_type_mismatch(requirements, it) is not None:
             continue
         choice = _launch_choice(requirements, it)
-        room = _room(it, pool.daemon_overhead, dims, grain)
+        room = _room(it, pool.overhead_for(it), dims, grain)
         if choice is None or room is None:
             continue
         options.append(NodeOption(len(types), room, choice[1]))
@@ -400,7 +406,6 @@ def _repack(
     if packed is None:
         return None
     nodes, _ = packed
-    overhead = dict(pool.daemon_overhead)
     # Karpenter's ordering of a claim's types (cheapest allowed offering first), from prices computed once.
     cheapest = {o.index: _min_price(requirements, types[o.index]) or 0.0 for o in options}
     by_price = sorted((o.index for o in options), key=lambda i: (cheapest[i], types[i].name))
@@ -449,7 +454,7 @@ def _repack(
             requirements=node_requirements,
             labels=dict(template.labels),
             taints=template.taints,
-            daemon_overhead=overhead,
+            daemon_overhead=claim_daemon_overhead(pool, fitting),
             pod_requests=pod_requests,
             instance_types=fitting[:limit],
             pods=keys,
