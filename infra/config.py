@@ -29,6 +29,10 @@ LAMBDA_MEMORY_MB = range(128, 10241)
 _CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 _IAM_ROLE_NAME = re.compile(r"^[\w+=,.@-]{1,64}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+_SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8,17}$")
+_ROUTE_TABLE_ID = re.compile(r"^rtb-[0-9a-f]{8,17}$")
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off", ""})
 
@@ -37,6 +41,40 @@ ContextGetter = Callable[[str], object]
 
 class ContextError(ValueError):
     """A missing or invalid context value. The message names the key and how to pass it."""
+
+
+# The AWS APIs the functions reach from a VPC, by the short names of the `vpcEndpoints` context key:
+# interface endpoints, and a gateway endpoint for DynamoDB. The Pricing API has none here (see
+# infra/README.md: the functions fall back to persisted and bundled prices). IAM has none either.
+INTERFACE_ENDPOINT_SERVICES = ("sts", "ec2", "sqs", "ssm", "eks", "lambda", "logs", "monitoring")
+GATEWAY_ENDPOINT_SERVICES = ("dynamodb",)
+VPC_ENDPOINT_SERVICES = INTERFACE_ENDPOINT_SERVICES + GATEWAY_ENDPOINT_SERVICES
+# Named only on request: X-Ray, should the traces of functions in a VPC without NAT go missing.
+OPTIONAL_ENDPOINT_SERVICES = ("xray",)
+VPC_CONTEXT_KEYS = ("vpcId", "subnetIds", "clusterSecurityGroupId", "vpcEndpoints", "routeTableIds")
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """VPC mode: the functions run in the cluster's VPC, for a cluster whose API endpoint is private.
+
+    ``endpoints`` names the services the stack creates VPC endpoints for; empty means the subnets reach
+    AWS through a NAT gateway (or endpoints the VPC already has), and the stack creates none.
+    """
+
+    vpc_id: str
+    subnet_ids: tuple[str, ...]
+    cluster_security_group_id: str
+    endpoints: tuple[str, ...] = VPC_ENDPOINT_SERVICES
+    route_table_ids: tuple[str, ...] = ()
+
+    @property
+    def interface_endpoints(self) -> tuple[str, ...]:
+        return tuple(s for s in self.endpoints if s not in GATEWAY_ENDPOINT_SERVICES)
+
+    @property
+    def gateway_endpoints(self) -> tuple[str, ...]:
+        return tuple(s for s in self.endpoints if s in GATEWAY_ENDPOINT_SERVICES)
 
 
 def memory_context_key(function_name: str) -> str:
@@ -58,6 +96,8 @@ class ClusterConfig:
     alarm_email: str | None = None
     account: str | None = None
     region: str | None = None
+    # None: the functions run outside any VPC (the cluster's endpoint must be public to 0.0.0.0/0).
+    network: NetworkConfig | None = None
 
     @property
     def stack_name(self) -> str:
@@ -99,6 +139,112 @@ def _integer(get: ContextGetter, key: str) -> int | None:
         return int(str(value).strip())
     except ValueError:
         raise ContextError(f"context {key!r} must be an integer, got {value!r}") from None
+
+
+def _id_list(get: ContextGetter, key: str, pattern: re.Pattern[str], what: str) -> tuple[str, ...]:
+    """A comma-separated string (or a JSON list in cdk.json) of AWS ids, each checked by ``pattern``."""
+    value = get(key)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(",")]
+    elif isinstance(value, list):
+        items = [str(part).strip() for part in value]
+    else:
+        raise ContextError(f"context {key!r} must be a comma-separated string or a list, got {value!r}")
+    ids = tuple(dict.fromkeys(item for item in items if item))
+    for item in ids:
+        if not pattern.match(item):
+            raise ContextError(f"context {key!r}: {item!r} is not {what}")
+    return ids
+
+
+def _one_id(get: ContextGetter, key: str, pattern: re.Pattern[str], what: str) -> str | None:
+    value = _string(get, key)
+    if value is not None and not pattern.match(value):
+        raise ContextError(f"context {key!r}: {value!r} is not {what}")
+    return value
+
+
+def read_network(get: ContextGetter, cluster_count: int) -> NetworkConfig | None:
+    """VPC mode from ``vpcId``, ``subnetIds``, ``clusterSecurityGroupId``, ``vpcEndpoints`` and
+    ``routeTableIds``; None when no VPC key is set.
+
+    The keys are explicit rather than looked up from the cluster at synth time, so that a synth never
+    needs credentials and the subnets are a reviewed choice: the cluster's own subnets often include
+    public ones, where a Lambda ENI gets no public address and reaches nothing. ``doctor`` prints the
+    keys it reads from DescribeCluster when the functions cannot reach the endpoint.
+    """
+    given = [key for key in VPC_CONTEXT_KEYS if get(key) not in (None, "")]
+    if not given:
+        return None
+    how = (
+        "VPC mode needs -c vpcId=vpc-... -c subnetIds=subnet-a,subnet-b -c clusterSecurityGroupId=sg-... "
+        "(DescribeCluster's resourcesVpcConfig.vpcId and clusterSecurityGroupId; private subnets of that "
+        "VPC, one per zone)"
+    )
+    if cluster_count > 1:
+        raise ContextError(
+            f"context {', '.join(repr(k) for k in given)}: VPC mode names one cluster's VPC and security "
+            "group; deploy each VPC-mode cluster with its own `-c clusterName=...`"
+        )
+    vpc_id = _one_id(get, "vpcId", _VPC_ID, "a VPC id (vpc-...)")
+    subnet_ids = _id_list(get, "subnetIds", _SUBNET_ID, "a subnet id (subnet-...)")
+    security_group = _one_id(
+        get, "clusterSecurityGroupId", _SECURITY_GROUP_ID, "a security group id (sg-...)"
+    )
+    missing = [
+        key
+        for key, value in (
+            ("vpcId", vpc_id),
+            ("subnetIds", subnet_ids),
+            ("clusterSecurityGroupId", security_group),
+        )
+        if not value
+    ]
+    if missing:
+        raise ContextError(f"missing context {', '.join(repr(k) for k in missing)}: {how}")
+    assert vpc_id is not None and security_group is not None
+
+    requested = get("vpcEndpoints")
+    endpoints: tuple[str, ...]
+    if requested is None or (isinstance(requested, str) and requested.strip().lower() in ("", "all")):
+        endpoints = VPC_ENDPOINT_SERVICES
+    elif isinstance(requested, str) and requested.strip().lower() == "none":
+        endpoints = ()
+    elif isinstance(requested, str | list):
+        parts = requested.split(",") if isinstance(requested, str) else [str(p) for p in requested]
+        names = [part.strip().lower() for part in parts if part.strip()]
+        known = VPC_ENDPOINT_SERVICES + OPTIONAL_ENDPOINT_SERVICES
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            raise ContextError(
+                f"context 'vpcEndpoints': unknown service(s) {unknown}; use 'all', 'none' (through a NAT "
+                f"gateway) or a comma-separated list of {', '.join(known)}"
+            )
+        endpoints = tuple(s for s in known if s in names)
+    else:
+        raise ContextError(f"context 'vpcEndpoints' must be 'all', 'none' or a list, got {requested!r}")
+
+    route_tables = _id_list(get, "routeTableIds", _ROUTE_TABLE_ID, "a route table id (rtb-...)")
+    if "dynamodb" in endpoints and not route_tables:
+        raise ContextError(
+            "missing context 'routeTableIds': the DynamoDB gateway endpoint is added to the route tables "
+            "of the functions' subnets (-c routeTableIds=rtb-a,rtb-b), or leave dynamodb out of "
+            "'vpcEndpoints' when the VPC has a DynamoDB endpoint already or routes through NAT"
+        )
+    if route_tables and "dynamodb" not in endpoints:
+        raise ContextError(
+            "context 'routeTableIds' is only for the DynamoDB gateway endpoint, which 'vpcEndpoints' "
+            "leaves out"
+        )
+    return NetworkConfig(
+        vpc_id=vpc_id,
+        subnet_ids=subnet_ids,
+        cluster_security_group_id=security_group,
+        endpoints=endpoints,
+        route_table_ids=route_tables,
+    )
 
 
 def cluster_names(get: ContextGetter) -> list[str]:
@@ -165,6 +311,8 @@ def read_cluster_configs(get: ContextGetter) -> list[ClusterConfig]:
     if alarm_email is not None and not _EMAIL.match(alarm_email):
         raise ContextError(f"context 'alarmEmail' is not an e-mail address: {alarm_email!r}")
 
+    network = read_network(get, len(names))
+
     role_template = _string(get, "nodeRoleName") or DEFAULT_NODE_ROLE_NAME
     if len(names) > 1 and "{clusterName}" not in role_template:
         raise ContextError(
@@ -193,6 +341,7 @@ def read_cluster_configs(get: ContextGetter) -> list[ClusterConfig]:
                 alarm_email=alarm_email,
                 account=_string(get, "account"),
                 region=_string(get, "region"),
+                network=network,
             )
         )
 

@@ -29,6 +29,7 @@ from serverless_karpenter.observability import NAMESPACE, SERVICE
 from infra.config import ClusterConfig
 from infra.iam import ControllerPermissions
 from infra.layers import ARCHITECTURE, BYTECODE_EXCLUDES, RUNTIME, Layers
+from infra.network import FunctionNetwork
 from infra.paths import FUNCTIONS_DIR
 
 HANDLER = "handler.lambda_handler"
@@ -151,8 +152,10 @@ class ControlPlaneFunctions(Construct):
         interruption_dead_letter_queue: sqs.IQueue,
         termination_queue: sqs.IQueue,
         node_role_name: str,
+        network: FunctionNetwork | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self._network = network
         self.layers = Layers(self, "Layers")
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
@@ -250,7 +253,11 @@ class ControlPlaneFunctions(Construct):
             recursive_loop=lambda_.RecursiveLoop.ALLOW
             if spec.name == "termination"
             else lambda_.RecursiveLoop.TERMINATE,
+            # VPC mode: every function talks to the cluster, so every one runs in its VPC.
+            **(self._network.function_props() if self._network else {}),
         )
+        if self._network is not None:
+            self._network.attach(role, function)
         self.functions[spec.name] = function
         self.roles[spec.name] = role
         self.log_groups[spec.name] = log_group

@@ -85,6 +85,12 @@ RUNTIME_REASON = (
     "Python 3.12 is deliberate: the dependency layer is built for cp312 arm64 wheels "
     "(layers/dependencies/build.py); the runtime and the layer build move together, by a reviewed change"
 )
+VPC_ACCESS_REASON = (
+    "VPC mode: the Lambda service manages the functions' ENIs with their execution roles; AWS documents "
+    "DescribeNetworkInterfaces as working only on '*' and DeleteNetworkInterface as needing every ENI id, "
+    "and the ENIs are Lambda's, made at run time (the actions of AWSLambdaVPCAccessExecutionRole, "
+    "without its logs:* on '*')"
+)
 UNSCOPABLE_ACTIONS_REASON = "'*' only for actions AWS offers no resource-level permission for: {actions}"
 REGION_LIMITED_REASON = " (the EC2 reads are limited to this region by aws:RequestedRegion)"
 
@@ -168,4 +174,8 @@ def acknowledge_findings(stack: ServerlessKarpenterStack) -> list[NagAcknowledgm
         acknowledged.extend(acknowledge_role_wildcards(stack, role))
     for function in stack.control_plane.functions.values():
         acknowledged.append(acknowledge(function, "AwsSolutions-L1", RUNTIME_REASON))
+    if stack.network is not None:
+        acknowledged.append(
+            acknowledge(stack.network.vpc_access_policy, "AwsSolutions-IAM5[Resource::*]", VPC_ACCESS_REASON)
+        )
     return acknowledged

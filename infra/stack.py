@@ -24,6 +24,7 @@ from infra.interruption import InterruptionQueue
 from infra.layers import check_unzipped_sizes
 from infra.monitoring import Monitoring
 from infra.nag import acknowledge_findings
+from infra.network import FunctionNetwork
 from infra.state import StateTable
 
 CLUSTER_TAG = "serverless-karpenter/cluster"
@@ -72,6 +73,11 @@ class ServerlessKarpenterStack(Stack):
             termination_queue=self.termination_work.queue,
             interruption_dead_letter_queue=self.interruption.dead_letter_queue,
         )
+        self.network = (
+            FunctionNetwork(self, "Network", cluster_name=config.cluster_name, config=config.network)
+            if config.network
+            else None
+        )
         self.control_plane = ControlPlaneFunctions(
             self,
             "Functions",
@@ -82,6 +88,7 @@ class ServerlessKarpenterStack(Stack):
             interruption_dead_letter_queue=self.interruption.dead_letter_queue,
             termination_queue=self.termination_work.queue,
             node_role_name=self.node_role.role.role_name,
+            network=self.network,
         )
         self.access = ClusterAccess(
             self,

@@ -10,6 +10,11 @@ not run against it. This module adds, in the API's own shapes:
 
 It follows EKS where doctor could be misled otherwise:
 
+- ``resourcesVpcConfig`` as DescribeCluster reports it: the VPC of the subnets, a cluster security group
+  EKS creates (all traffic from itself), and the endpoint access CreateCluster defaults to (public to
+  0.0.0.0/0, private off); UpdateClusterConfig changes only the fields it is given (moto keeps the
+  request's fields and replaces them all);
+
 - a cluster created without ``accessConfig`` is in ``CONFIG_MAP`` mode (the API's default), and the
   access-entry calls fail on it with ``InvalidRequestException``;
 - the mode changes one way only, ``CONFIG_MAP`` to ``API_AND_CONFIG_MAP`` to ``API``;
@@ -32,7 +37,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from moto.core.utils import utcnow
 
@@ -251,6 +256,36 @@ def _set_mode(cluster: Any, mode: str) -> None:
     cluster.access_config = {**cluster.access_config, "authenticationMode": mode}
 
 
+def _vpc_config(response: Any, cluster: Any, requested: dict[str, Any]) -> dict[str, Any]:
+    """``resourcesVpcConfig`` as EKS reports it for a cluster created with ``requested``."""
+    from moto.ec2.models import ec2_backends
+
+    ec2 = ec2_backends[response.current_account][response.region]
+    subnets = list(requested.get("subnetIds") or [])
+    vpc_id = ec2.get_subnet(subnets[0]).vpc_id if subnets else None
+    group = ec2.create_security_group(
+        name=f"eks-cluster-sg-{cluster.name}-{uuid.uuid4().hex[:10]}",
+        description="EKS created security group applied to ENI that is attached to EKS Control Plane master "
+        "nodes, as well as any managed workloads.",
+        vpc_id=vpc_id,
+        tags={"aws:eks:cluster-name": cluster.name},
+    )
+    # All traffic (no ports) from the group itself, as EKS creates it.
+    no_port = cast(str, None)
+    ec2.authorize_security_group_ingress(
+        group.id, "-1", no_port, no_port, [], source_groups=[{"GroupId": group.id}]
+    )
+    return {
+        "subnetIds": subnets,
+        "securityGroupIds": list(requested.get("securityGroupIds") or []),
+        "clusterSecurityGroupId": group.id,
+        "vpcId": vpc_id,
+        "endpointPublicAccess": requested.get("endpointPublicAccess", True),
+        "endpointPrivateAccess": requested.get("endpointPrivateAccess", False),
+        "publicAccessCidrs": list(requested.get("publicAccessCidrs") or ["0.0.0.0/0"]),
+    }
+
+
 def register(urls: ModuleType) -> None:
     """Add the calls to moto's EKS responses and their routes to its URLs (moto builds its server's routes
     from ``url_paths`` when the first EKS request comes)."""
@@ -272,6 +307,7 @@ def register(urls: ModuleType) -> None:
         result = create_cluster(self)
         requested = self._get_param("accessConfig") or {}
         cluster = self.eks_backend.clusters[self._get_param("name")]
+        cluster.resources_vpc_config = _vpc_config(self, cluster, dict(cluster.resources_vpc_config or {}))
         bootstrap_admin = requested.get("bootstrapClusterCreatorAdminPermissions", True)
         cluster.access_config = {
             "authenticationMode": CONFIG_MAP,
@@ -286,9 +322,13 @@ def register(urls: ModuleType) -> None:
 
     def update_cluster_config_with_access(self: Any) -> Any:
         requested = self._get_param("accessConfig") or {}
+        cluster = _cluster(self)
         if requested.get("authenticationMode"):
-            _set_mode(_cluster(self), str(requested["authenticationMode"]))
-        return update_cluster_config(self)
+            _set_mode(cluster, str(requested["authenticationMode"]))
+        before = dict(cluster.resources_vpc_config or {})
+        result = update_cluster_config(self)
+        cluster.resources_vpc_config = {**before, **(self._get_param("resourcesVpcConfig") or {})}
+        return result
 
     # moto looks each action's method up on the class at each request, so setting them is enough.
     for name, method in {

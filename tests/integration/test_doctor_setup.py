@@ -87,6 +87,7 @@ WITHOUT_STACK = {
     "kms-keys": {"skipped"},
     "spot-service-linked-role": {"ok"},
     "lambda-permissions": {"skipped"},
+    "cluster-network": {"skipped"},
     "daemonsets-fit": {"ok"},
 }
 
@@ -110,7 +111,7 @@ def test_undeployed_stack(setup: DoctorSetup, capsys: pytest.CaptureFixture[str]
     assert f"✗ [stack] stack ServerlessKarpenter-{CLUSTER} is not deployed" in out
     assert f"    fix: cdk deploy -c clusterName={CLUSTER}" in out
     assert "- [interruption-queue] no interruption queue to check" in out
-    assert out.rstrip().endswith("5 passed, 1 failed, 4 could not run")
+    assert out.rstrip().endswith("5 passed, 1 failed, 5 could not run")
 
 
 @pytest.fixture
@@ -438,3 +439,31 @@ def test_queue_key_eventbridge_cannot_use(key: KmsKeyFacts, expected: str) -> No
     granted = {"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"}, "Action": "kms:*"}
     facts.queue.kms_key = KmsKeyFacts("k-3", exists=True, enabled=True, policy={"Statement": [granted]})
     assert check_interruption_queue(facts)[0].status == Status.OK
+
+
+def test_private_endpoint_with_functions_outside_the_vpc(
+    setup: DoctorSetup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stack deployed without VPC keys, then the endpoint made private (EKS's recommended set-up): the
+    functions cannot reach it, and the fix is the VPC-mode deploy, with the keys read from DescribeCluster."""
+    eks = setup.client("eks")
+    vpc_config = eks.describe_cluster(name=CLUSTER)["cluster"]["resourcesVpcConfig"]
+    # As EKS reports it for a cluster created with subnets alone: public to all, private off.
+    assert (vpc_config["endpointPublicAccess"], vpc_config["endpointPrivateAccess"]) == (True, False)
+    assert vpc_config["publicAccessCidrs"] == ["0.0.0.0/0"]
+    eks.update_cluster_config(
+        name=CLUSTER, resourcesVpcConfig={"endpointPublicAccess": False, "endpointPrivateAccess": True}
+    )
+    try:
+        code, checks = run_doctor(capsys)
+    finally:
+        eks.update_cluster_config(
+            name=CLUSTER, resourcesVpcConfig={"endpointPublicAccess": True, "endpointPrivateAccess": False}
+        )
+    failure = only_failure(checks, "cluster-network")
+    assert code == 1
+    assert "API endpoint is private (endpointPublicAccess=false)" in failure["summary"]
+    assert f"-c vpcId={vpc_config['vpcId']} " in failure["fix"]
+    assert f"-c clusterSecurityGroupId={vpc_config['clusterSecurityGroupId']} " in failure["fix"]
+    # The simulated subnets have no route to an internet gateway: all are offered.
+    assert f"-c subnetIds={','.join(vpc_config['subnetIds'])} " in failure["fix"]

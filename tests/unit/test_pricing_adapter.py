@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ConnectTimeoutError
 from botocore.stub import Stubber
 from moto import mock_aws
+from serverless_karpenter import runtime
 from serverless_karpenter import state_schema as schema
+from serverless_karpenter.adapters import aws
 from serverless_karpenter.adapters.persisted import PersistedBlobs
 from serverless_karpenter.adapters.pricing import (
+    RETRY_INTERVAL,
+    UNREACHABLE_RETRY_INTERVAL,
     PriceSource,
     on_demand_filters,
     parse_price_list,
@@ -249,3 +256,113 @@ def test_a_cold_start_uses_the_spot_prices_another_invocation_fetched(persisted:
         cold = PriceSource("us-east-1", clock, pricing_client=None, ec2=ec2, persisted=persisted)
         assert cold.spot_prices() == {("m5.large", "us-east-1a"): 0.035}
         stub.assert_no_pending_responses()
+
+
+# -- from a VPC without NAT (private-endpoint clusters): the Pricing API cannot be reached --------------
+
+
+class UnreachablePricing(FakePricing):
+    """GetProducts from a VPC without NAT: the Pricing API has no endpoint there, so no connection."""
+
+    def get_products(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(kwargs)
+        if self.fail:
+            raise ConnectTimeoutError(endpoint_url="https://api.pricing.us-east-1.amazonaws.com/")
+        return super().get_products(**kwargs)
+
+
+def test_an_unreachable_pricing_api_falls_back_and_is_retried_hourly_not_on_every_pass() -> None:
+    clock = ManualClock(START)
+    unreachable = UnreachablePricing([[product("m5.large", "0.2")]], fail=True)
+    source = PriceSource("us-east-1", clock, pricing_client=unreachable, ec2=None)
+    assert source.on_demand_prices() == bundled_on_demand_prices("us-east-1")
+    assert source.on_demand_source == "bundled"
+    assert len(unreachable.calls) == 1
+    # Not again within the hour: each try would cost the provisioner its connect timeouts.
+    clock.advance(UNREACHABLE_RETRY_INTERVAL.total_seconds() - 1)
+    source.on_demand_prices()
+    assert len(unreachable.calls) == 1
+    unreachable.fail = False  # e.g. a NAT gateway was added
+    clock.advance(2)
+    assert source.on_demand_prices() == {"m5.large": 0.2}
+    assert source.on_demand_source == "pricing-api"
+
+
+def test_a_failing_pricing_api_falls_back_to_persisted_prices_of_any_age(persisted: PersistedBlobs) -> None:
+    clock = ManualClock(START)
+    PriceSource(
+        "us-east-1",
+        clock,
+        pricing_client=FakePricing([[product("m5.large", "0.2")]]),
+        ec2=None,
+        persisted=persisted,
+    ).on_demand_prices()
+    # A day on (past the refresh interval), the network lost its way to the Pricing API: the prices the
+    # last reachable invocation stored are closer to today's than the bundled snapshot.
+    clock.advance(timedelta(days=1).total_seconds())
+    unreachable = UnreachablePricing([], fail=True)
+    cold = PriceSource("us-east-1", clock, pricing_client=unreachable, ec2=None, persisted=persisted)
+    assert cold.on_demand_prices() == {"m5.large": 0.2}
+    assert cold.on_demand_source == "dynamodb"
+    assert len(unreachable.calls) == 1
+
+
+@pytest.fixture
+def pricing_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, list[int]]]:
+    """A local 'Pricing API' that accepts each connection and closes it unanswered, counting them."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    connections: list[int] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            connections.append(1)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", url)
+    aws.reset_sessions()
+    yield url, connections
+    listener.close()
+    aws.reset_sessions()
+
+
+def test_the_production_pricing_client_fails_fast_and_the_provisioner_falls_back(
+    pricing_endpoint: tuple[str, list[int]],
+) -> None:
+    """The client the Lambdas build (runtime.pricing_client) against an endpoint that never answers: two
+    attempts, short timeouts, then the bundled prices; not the nine attempts of the default policy."""
+    _, connections = pricing_endpoint
+    client = runtime.pricing_client("us-east-1")
+    config = client.meta.config
+    assert config.connect_timeout <= 2 and config.read_timeout <= 10
+    assert config.retries["total_max_attempts"] == 2
+    source = PriceSource("us-east-1", ManualClock(START), pricing_client=runtime.pricing_client, ec2=None)
+    assert source.on_demand_prices() == bundled_on_demand_prices("us-east-1")
+    assert source.on_demand_source == "bundled"
+    assert len(connections) == 2
+
+
+def test_a_refused_pricing_endpoint_counts_as_unreachable(pricing_endpoint: tuple[str, list[int]]) -> None:
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    port = spare.getsockname()[1]
+    spare.close()  # nothing listens there: every connection is refused
+    os.environ["AWS_ENDPOINT_URL_PRICING"] = f"http://127.0.0.1:{port}"
+    aws.reset_sessions()
+    clock = ManualClock(START)
+    source = PriceSource("us-east-1", clock, pricing_client=runtime.pricing_client, ec2=None)
+    assert source.on_demand_prices() == bundled_on_demand_prices("us-east-1")
+    clock.advance(RETRY_INTERVAL.total_seconds() + 1)
+    # Still within the unreachable interval: no new attempt, the same (cached) prices object.
+    assert source.on_demand_prices() is source.on_demand_prices()

@@ -167,6 +167,11 @@ class CatalogInstanceTypes:
         return self.unavailable.is_unavailable(capacity_type, instance_type, zone)
 
 
+def pricing_client(endpoint_region: str) -> Any:
+    """The Pricing API's client: bounded, since prices fall back to the persisted and bundled ones."""
+    return aws.client("pricing", endpoint_region, has_fallback=True)
+
+
 def build_control_plane(settings: Settings | None = None, clock: Clock | None = None) -> ControlPlane:
     settings = settings or load_settings()
     clock = clock or SystemClock()
@@ -210,7 +215,7 @@ def build_control_plane(settings: Settings | None = None, clock: Clock | None = 
         prices=PriceSource(
             region,
             clock,
-            pricing_client=None if emulated else lambda endpoint: aws.client("pricing", endpoint),
+            pricing_client=None if emulated else pricing_client,
             ec2=ec2,
             use_spot_history=not emulated,
             persisted=persisted,

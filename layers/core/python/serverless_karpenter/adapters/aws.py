@@ -23,6 +23,14 @@ RETRY_CONFIG = Config(
     user_agent_extra="serverless-karpenter",
 )
 
+# For calls that have a fallback, so that waiting on them would only delay the caller: the Pricing API
+# (persisted and bundled prices). It has no VPC endpoint in most regions, so from a VPC without NAT it
+# cannot even connect: the same adaptive policy, bounded to one retry and short timeouts, fails in
+# seconds instead of holding the provisioner for minutes of connect timeouts.
+FALLBACK_CONFIG = RETRY_CONFIG.merge(
+    Config(retries={"mode": "adaptive", "total_max_attempts": 2}, connect_timeout=2, read_timeout=10)
+)
+
 
 # Credentials every session is to sign with instead of the environment's; None: the environment's (a
 # deployed Lambda: its role's session credentials). The local simulator runs every function in one
@@ -69,11 +77,14 @@ def use_credentials(credentials: Credentials | None) -> None:
 
 
 @cache
-def client(service: str, region: str) -> Any:
+def client(service: str, region: str, *, has_fallback: bool = False) -> Any:
     """The process's client for ``service`` in ``region``, made once and reused by every warm
     invocation: creating one builds its whole class (an EC2 client's ~600 operations), which costs more
-    than most calls made with it. botocore clients are thread-safe."""
-    return _session(region).client(service, config=RETRY_CONFIG)  # type: ignore[call-overload]
+    than most calls made with it. botocore clients are thread-safe.
+
+    ``has_fallback``: the caller does without the answer (:data:`FALLBACK_CONFIG`)."""
+    config = FALLBACK_CONFIG if has_fallback else RETRY_CONFIG
+    return _session(region).client(service, config=config)  # type: ignore[call-overload]
 
 
 def reset_sessions() -> None:

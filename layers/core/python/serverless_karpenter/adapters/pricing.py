@@ -7,6 +7,11 @@ cluster's region. Any failure falls back to the bundled snapshot; prices are ref
 Spot prices are the latest Linux/UNIX price per (type, zone); on failure there are none and the catalog
 uses its spot model.
 
+From a VPC without NAT the Pricing API cannot be reached at all: it has no VPC endpoint in most regions
+(see infra/README.md). Its client is bounded (``aws.FALLBACK_CONFIG``), a failure falls back to the last
+prices fetched by any invocation (persisted in the state table, whatever their age), else to the bundled
+snapshot, and an unreachable endpoint is tried again only hourly, so the provisioner is never held up.
+
 Paging through GetProducts and the spot history takes seconds, too long for a cold provisioner that
 has pods waiting, so fetched prices are stored in the state table (``PersistedBlobs``) and a cold
 start uses them while they are younger than the refresh interval, as a warm invocation would.
@@ -21,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
 
 from serverless_karpenter.adapters.persisted import PersistedBlobs
 from serverless_karpenter.catalog.prices import bundled_on_demand_prices, latest_spot_prices
@@ -31,6 +36,9 @@ from serverless_karpenter.observability import logger
 REFRESH_INTERVAL = timedelta(hours=12)
 # After a failed refresh, try again sooner than the full interval.
 RETRY_INTERVAL = timedelta(minutes=5)
+# After a failure to connect at all (a VPC without NAT: no route to the Pricing API), much later: every try
+# costs the provisioner the connect timeouts, and the network will not change by itself.
+UNREACHABLE_RETRY_INTERVAL = timedelta(hours=1)
 SPOT_PRODUCTS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
 
 
@@ -143,26 +151,36 @@ class PriceSource:
                     self._on_demand_due = fetched_at + REFRESH_INTERVAL
                     self.on_demand_source = "dynamodb"
                     return self._on_demand
-        prices = self._fetch_on_demand()
+        prices, retry_after = self._fetch_on_demand()
         if prices and self._persisted is not None:
             self._persisted.write(
                 on_demand_sort_key(self.region), _encode(now, prices), expires_at=now + 2 * REFRESH_INTERVAL
             )
+        fallback: Mapping[str, float] | None = None
+        if not prices and self._pricing_factory is not None:
+            # Older than the refresh interval, but fetched for this region: closer than the snapshot.
+            stored = self._read_stored(on_demand_sort_key(self.region), now, any_age=True)
+            if stored is not None:
+                fallback = {str(name): float(price) for name, price in stored[1].items()}
         with self._lock:
             if prices:
                 self._on_demand, self._on_demand_due = prices, now + REFRESH_INTERVAL
                 self.on_demand_source = "pricing-api"
+            elif fallback:
+                self._on_demand, self._on_demand_due = fallback, now + retry_after
+                self.on_demand_source = "dynamodb"
             else:
                 self._on_demand, self._on_demand_due = (
                     bundled_on_demand_prices(self.region),
-                    now + RETRY_INTERVAL,
+                    now + retry_after,
                 )
                 self.on_demand_source = "bundled"
             return self._on_demand
 
-    def _fetch_on_demand(self) -> dict[str, float]:
+    def _fetch_on_demand(self) -> tuple[dict[str, float], timedelta]:
+        """The prices, or {} and when to try again."""
         if self._pricing_factory is None:
-            return {}
+            return {}, RETRY_INTERVAL
         try:
             client = self._pricing()
             prices: dict[str, float] = {}
@@ -181,12 +199,20 @@ class PriceSource:
                         prices[name] = price
                 token = page.get("NextToken")
                 if not token:
-                    return prices
+                    return prices, REFRESH_INTERVAL
+        except (ConnectTimeoutError, EndpointConnectionError) as error:
+            logger.warning(
+                "the Pricing API cannot be reached from this network (from a VPC without NAT it has no "
+                "endpoint in most regions); using the persisted, else the bundled on-demand prices",
+                extra={"error": str(error), "retry_in_s": UNREACHABLE_RETRY_INTERVAL.total_seconds()},
+            )
+            return {}, UNREACHABLE_RETRY_INTERVAL
         except (ClientError, BotoCoreError) as error:
             logger.warning(
-                "on-demand prices unavailable; using the bundled snapshot", extra={"error": str(error)}
+                "on-demand prices unavailable; using the persisted, else the bundled prices",
+                extra={"error": str(error)},
             )
-            return {}
+            return {}, RETRY_INTERVAL
 
     def spot_prices(self) -> dict[tuple[str, str], float]:
         """The latest spot price per (type, zone), or {} when the history cannot be read."""
@@ -224,8 +250,11 @@ class PriceSource:
             self._spot, self._spot_due = spot, due
             return spot
 
-    def _read_stored(self, sort_key: str, now: datetime) -> tuple[datetime, Any] | None:
-        """What another invocation fetched, while it is younger than the refresh interval."""
+    def _read_stored(
+        self, sort_key: str, now: datetime, any_age: bool = False
+    ) -> tuple[datetime, Any] | None:
+        """What another invocation fetched, while it is younger than the refresh interval (``any_age``:
+        while the table keeps it)."""
         data = self._persisted.read(sort_key) if self._persisted is not None else None
         if data is None:
             return None
@@ -234,4 +263,4 @@ class PriceSource:
         except (KeyError, ValueError, OSError) as error:  # OSError: a corrupt gzip stream
             logger.warning("cannot read persisted prices", extra={"key": sort_key, "error": str(error)})
             return None
-        return (fetched_at, prices) if now - fetched_at < REFRESH_INTERVAL else None
+        return (fetched_at, prices) if any_age or now - fetched_at < REFRESH_INTERVAL else None

@@ -9,6 +9,7 @@ the facts from AWS and the cluster is :mod:`serverless_karpenter.doctor.gather`.
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -38,6 +39,7 @@ class CheckId(StrEnum):
     KMS_KEYS = "kms-keys"
     SPOT_SERVICE_LINKED_ROLE = "spot-service-linked-role"
     LAMBDA_PERMISSIONS = "lambda-permissions"
+    CLUSTER_NETWORK = "cluster-network"
     DAEMONSETS_FIT = "daemonsets-fit"
 
 
@@ -153,6 +155,88 @@ class PermissionFacts:
 
 
 @dataclass
+class IngressRule:
+    """One inbound permission of a security group, as DescribeSecurityGroups reports it."""
+
+    protocol: str  # "tcp", or "-1" for all traffic
+    from_port: int | None
+    to_port: int | None
+    source_groups: list[str] = field(default_factory=list)
+    cidrs: list[str] = field(default_factory=list)
+
+    def admits_https(self, groups: Sequence[str], cidrs: Sequence[str]) -> bool:
+        """Whether it lets traffic from one of ``groups``, or from every one of ``cidrs``, in on 443."""
+        if self.protocol not in ("tcp", "6", "-1"):
+            return False
+        if self.protocol != "-1" and not (
+            self.from_port is not None and self.to_port is not None and self.from_port <= 443 <= self.to_port
+        ):
+            return False
+        if set(self.source_groups) & set(groups):
+            return True
+        # A CIDR rule admits the functions when it covers every one of their subnets (IPv4: their ENIs'
+        # addresses).
+        nets = [ipaddress.IPv4Network(c, strict=False) for c in self.cidrs if ":" not in c]
+        ours = [ipaddress.IPv4Network(c, strict=False) for c in cidrs if c and ":" not in c]
+        return bool(ours) and all(any(sub.subnet_of(net) for net in nets) for sub in ours)
+
+
+@dataclass
+class EndpointFacts:
+    """A VPC endpoint in the functions' VPC."""
+
+    id: str
+    service: str  # the service's short name: the last part of com.amazonaws.<region>.<service>
+    type: str  # Interface or Gateway
+    state: str
+    private_dns: bool = False
+    route_tables: list[str] = field(default_factory=list)
+    security_groups: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SubnetFacts:
+    id: str
+    cidr: str
+    zone: str
+    # Where 0.0.0.0/0 goes from it: "igw-..." (a public subnet), "nat-..." (or another egress target),
+    # or None (no way out but the VPC's endpoints).
+    default_route: str | None
+    route_table: str | None
+    vpc_id: str = ""
+
+
+@dataclass
+class FunctionNetworkFacts:
+    vpc_id: str | None  # None: outside any VPC
+    subnet_ids: list[str] = field(default_factory=list)
+    security_groups: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NetworkFacts:
+    """How the functions reach the cluster's API endpoint and the AWS APIs (VPC mode or not)."""
+
+    # DescribeCluster's resourcesVpcConfig: None where the endpoint does not report the field.
+    cluster_vpc_id: str | None
+    public_access: bool | None
+    private_access: bool | None
+    public_access_cidrs: list[str]
+    cluster_security_group_id: str | None
+    # The groups on the API endpoint's ENIs (the cluster group and the additional ones), with their rules.
+    endpoint_group_ingress: dict[str, list[IngressRule]] = field(default_factory=dict)
+    functions: dict[str, FunctionNetworkFacts] = field(default_factory=dict)
+    subnets: dict[str, SubnetFacts] = field(default_factory=dict)  # the functions' subnets
+    endpoints: list[EndpointFacts] = field(default_factory=list)  # in the functions' VPC
+    # The ingress rules of the interface endpoints' groups.
+    endpoint_ingress: dict[str, list[IngressRule]] = field(default_factory=dict)
+    # For the fix of a cluster the functions cannot reach: the cluster's subnets that route to no
+    # internet gateway (candidates for subnetIds), and their route tables.
+    private_cluster_subnets: list[str] = field(default_factory=list)
+    private_cluster_route_tables: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Facts:
     cluster: str
     region: str
@@ -172,6 +256,8 @@ class Facts:
     launch_role_arn: str | None  # the provisioner's role: it calls CreateFleet
     # Why the cluster (EKS and Kubernetes) could not be read, or "": its checks are then not run.
     cluster_unavailable: str = ""
+    # None: not gathered (no EKS cluster, or no function of the stack to look at).
+    network: NetworkFacts | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -756,6 +842,270 @@ def check_lambda_permissions(facts: Facts) -> list[CheckResult]:
     return out
 
 
+# The AWS APIs the functions call, as the VPC endpoint services (and types) that serve them from a VPC
+# without NAT. The stack's default endpoints also include STS, CloudWatch Logs and Monitoring, which the
+# functions do not call over their own network (the EKS token is presigned locally; logs and EMF metrics
+# leave through the Lambda service), so their absence is no failure. IAM has no endpoint (see
+# _role_without_nat), nor has the Pricing API in most regions (prices fall back to persisted and bundled).
+REQUIRED_ENDPOINTS: dict[str, tuple[str, str]] = {
+    "ec2": ("Interface", "instances, fleets, launch templates, subnets, spot prices"),
+    "eks": ("Interface", "DescribeCluster, for the API endpoint and its CA"),
+    "sqs": ("Interface", "the interruption and termination-work queues"),
+    "ssm": ("Interface", "the EKS-optimised AMI parameters"),
+    "lambda": ("Interface", "waking the provisioner"),
+    "dynamodb": ("Gateway", "the state table: NodeClaims, leases, cached catalog and prices"),
+}
+
+
+def _open_to_all(network: NetworkFacts) -> bool:
+    return bool(network.public_access) and (
+        not network.public_access_cidrs or "0.0.0.0/0" in network.public_access_cidrs
+    )
+
+
+def vpc_mode_context(facts: Facts, network: NetworkFacts) -> str:
+    """The `cdk deploy` that puts the functions in the cluster's VPC, from what DescribeCluster says."""
+    subnets = ",".join(network.private_cluster_subnets) or "<private subnets of the VPC, one per zone>"
+    tables = ",".join(network.private_cluster_route_tables) or "<their route tables>"
+    return (
+        f"cdk deploy -c clusterName={facts.cluster} -c vpcId={network.cluster_vpc_id or '<the cluster VPC>'} "
+        f"-c subnetIds={subnets} -c clusterSecurityGroupId="
+        f"{network.cluster_security_group_id or '<the cluster security group>'} -c routeTableIds={tables} "
+        "(add -c vpcEndpoints=none when the subnets route through a NAT gateway; see infra/README.md)"
+    )
+
+
+def _outside_vpc(facts: Facts, network: NetworkFacts, outside: list[str]) -> CheckResult | None:
+    """Functions outside any VPC reach only a public endpoint open to every address: they have no fixed
+    address of their own to put in publicAccessCidrs."""
+    check = CheckId.CLUSTER_NETWORK
+    who = f"function(s) {', '.join(outside)} run outside any VPC"
+    fix = f"deploy in VPC mode: {vpc_mode_context(facts, network)}"
+    if network.public_access is False:
+        return _fail(
+            check,
+            f"the cluster's API endpoint is private (endpointPublicAccess=false) and {who}: they cannot "
+            "reach it",
+            fix,
+        )
+    if not _open_to_all(network):
+        return _fail(
+            check,
+            f"the cluster's public endpoint admits only {', '.join(network.public_access_cidrs)} "
+            f"(publicAccessCidrs) and {who}, from no fixed address: they are refused",
+            fix + "; or open publicAccessCidrs to 0.0.0.0/0",
+        )
+    return None
+
+
+def _admitted(
+    rules: Mapping[str, list[IngressRule]], groups: Sequence[str], cidrs: Sequence[str]
+) -> list[str]:
+    return sorted(
+        group for group, found in rules.items() if any(r.admits_https(groups, cidrs) for r in found)
+    )
+
+
+def _endpoint_problems(
+    facts: Facts, network: NetworkFacts, vpc: str, groups: list[str], subnets: list[SubnetFacts]
+) -> list[CheckResult]:
+    check = CheckId.CLUSTER_NETWORK
+    out: list[CheckResult] = []
+    cidrs = [s.cidr for s in subnets]
+    tables = sorted({s.route_table for s in subnets if s.route_table})
+    redeploy = "redeploy with the service in -c vpcEndpoints (the stack's default creates it), or"
+    for service, (kind, use) in REQUIRED_ENDPOINTS.items():
+        found = [e for e in network.endpoints if e.service == service and e.state.lower() == "available"]
+        what = f"the functions cannot reach {service} ({use}): their subnets have no NAT route"
+        if kind == "Gateway":
+            routed = [e for e in found if e.type == "Gateway" and set(tables) <= set(e.route_tables)]
+            # An interface endpoint with private DNS serves the default hostname as well.
+            if routed or [e for e in found if e.type == "Interface" and e.private_dns]:
+                continue
+            if found:
+                out.append(
+                    _fail(
+                        check,
+                        f"the {service} gateway endpoint {found[0].id} is not in the route tables of the "
+                        f"functions' subnets ({', '.join(tables)}): {what}",
+                        f"aws ec2 modify-vpc-endpoint --vpc-endpoint-id {found[0].id} --add-route-table-ids "
+                        + " ".join(sorted(set(tables) - set(found[0].route_tables))),
+                    )
+                )
+            else:
+                out.append(
+                    _fail(
+                        check,
+                        f"no {service} gateway endpoint in {vpc}: {what}",
+                        f"{redeploy} aws ec2 create-vpc-endpoint --vpc-id {vpc} --vpc-endpoint-type Gateway "
+                        f"--service-name com.amazonaws.{facts.region}.{service} --route-table-ids "
+                        + " ".join(tables),
+                    )
+                )
+            continue
+        interfaces = [e for e in found if e.type == "Interface"]
+        if not interfaces:
+            out.append(
+                _fail(
+                    check,
+                    f"no {service} interface endpoint in {vpc}: {what}",
+                    f"{redeploy} aws ec2 create-vpc-endpoint --vpc-id {vpc} --vpc-endpoint-type Interface "
+                    f"--service-name com.amazonaws.{facts.region}.{service} --private-dns-enabled "
+                    "--subnet-ids <one per zone> --security-group-ids "
+                    f"<a group admitting 443 from {groups[0]}>",
+                )
+            )
+            continue
+        endpoint = next((e for e in interfaces if e.private_dns), None)
+        if endpoint is None:
+            out.append(
+                _fail(
+                    check,
+                    f"the {service} endpoint {interfaces[0].id} has private DNS off: the SDK's default "
+                    "hostname "
+                    f"still resolves to the public service, which {what.split(': ')[1]}",
+                    f"aws ec2 modify-vpc-endpoint --vpc-endpoint-id {interfaces[0].id} --private-dns-enabled",
+                )
+            )
+            continue
+        rules = {g: network.endpoint_ingress.get(g, []) for g in endpoint.security_groups}
+        if not _admitted(rules, groups, cidrs):
+            out.append(
+                _fail(
+                    check,
+                    f"the {service} endpoint {endpoint.id}'s security group(s) "
+                    f"{', '.join(endpoint.security_groups)} do not admit the functions' group(s) "
+                    f"{', '.join(groups)} on 443",
+                    f"aws ec2 authorize-security-group-ingress --group-id {endpoint.security_groups[0]} "
+                    f"--protocol tcp --port 443 --source-group {groups[0]}",
+                )
+            )
+    return out
+
+
+def _role_without_nat(facts: Facts) -> list[CheckResult]:
+    """IAM has no VPC endpoint: without NAT the provisioner cannot make the instance profile of a node
+    class that names a role (Karpenter's docs give the same advice for private clusters)."""
+    profile = (
+        facts.stack.outputs.get(naming.StackOutput.NODE_INSTANCE_PROFILE_NAME)
+        or "an instance profile holding the node role"
+    )
+    return [
+        _fail(
+            CheckId.CLUSTER_NETWORK,
+            f'EC2NodeClass "{nc.name}" uses spec.role, for which the provisioner creates an instance profile '
+            "through IAM; IAM has no VPC endpoint and the functions' subnets have no NAT route",
+            f"set spec.instanceProfile to {profile} "
+            "(the stack's NodeInstanceProfileName output) instead of spec.role, or route the subnets through "
+            "a NAT gateway",
+        )
+        for nc in facts.nodeclasses
+        if nc.spec.get("role") and not nc.spec.get("instanceProfile")
+    ]
+
+
+def check_cluster_network(facts: Facts) -> list[CheckResult]:
+    """Whether the functions reach the API endpoint and the AWS APIs from their network."""
+    check = CheckId.CLUSTER_NETWORK
+    network = facts.network
+    if network is None:
+        return [_skip(check, "the functions' network was not read (see the stack check)")]
+    if not network.functions:
+        return [_skip(check, "no control-plane function to check (see the stack check)")]
+    if network.public_access is None and network.private_access is None:
+        return [_skip(check, "DescribeCluster reports no endpoint access mode (resourcesVpcConfig)")]
+    outside = sorted(name for name, f in network.functions.items() if not f.vpc_id)
+    inside = {name: f for name, f in network.functions.items() if f.vpc_id}
+    out: list[CheckResult] = []
+    if outside:
+        problem = _outside_vpc(facts, network, outside)
+        if problem is not None:
+            out.append(problem)
+        if not inside:
+            return out or [
+                _ok(
+                    check,
+                    "the API endpoint is public to 0.0.0.0/0: the functions reach it from outside any VPC",
+                )
+            ]
+
+    for name, function in sorted(inside.items()):
+        if network.cluster_vpc_id and function.vpc_id != network.cluster_vpc_id:
+            out.append(
+                _fail(
+                    check,
+                    f"function {name} runs in {function.vpc_id}, not in the cluster's VPC "
+                    f"{network.cluster_vpc_id}",
+                    f"deploy in the cluster's VPC: {vpc_mode_context(facts, network)}",
+                )
+            )
+    vpc = network.cluster_vpc_id or str(next(iter(inside.values())).vpc_id)
+    groups = sorted({g for f in inside.values() for g in f.security_groups})
+    subnet_ids = sorted({s for f in inside.values() for s in f.subnet_ids})
+    subnets = [network.subnets[s] for s in subnet_ids if s in network.subnets]
+    for subnet in subnets:
+        if subnet.default_route and subnet.default_route.startswith("igw-"):
+            out.append(
+                _fail(
+                    check,
+                    f"the functions' subnet {subnet.id} is public (0.0.0.0/0 goes to "
+                    f"{subnet.default_route}): "
+                    "a Lambda ENI gets no public address, so nothing outside the VPC answers it there",
+                    "list private subnets (routing to a NAT gateway, or served by the VPC endpoints) in "
+                    f"subnetIds and redeploy: {vpc_mode_context(facts, network)}",
+                )
+            )
+    private = [s for s in subnets if not (s.default_route and s.default_route.startswith("igw-"))]
+    nat = bool(private) and all(s.default_route for s in private)
+
+    if network.private_access is False and not (nat and _open_to_all(network)):
+        out.append(
+            _fail(
+                check,
+                "the cluster's private endpoint access is off (endpointPrivateAccess=false): from the VPC "
+                "the functions cannot reach the API endpoint"
+                + ("" if nat else " (their subnets have no NAT route to the public one)"),
+                f"aws eks update-cluster-config --name {facts.cluster} --resources-vpc-config "
+                "endpointPrivateAccess=true",
+            )
+        )
+    elif network.private_access:
+        cidrs = [s.cidr for s in subnets]
+        if not _admitted(network.endpoint_group_ingress, groups, cidrs):
+            target = network.cluster_security_group_id or "<the cluster security group>"
+            guarding = ", ".join(sorted(network.endpoint_group_ingress)) or target
+            source = groups[0] if groups else "<the functions' group>"
+            out.append(
+                _fail(
+                    check,
+                    f"no security group of the API endpoint ({guarding}) "
+                    f"admits the functions' group(s) {', '.join(groups) or '(none)'} on 443",
+                    f"aws ec2 authorize-security-group-ingress --group-id {target} --protocol tcp --port 443 "
+                    f"--source-group {source} (redeploying the stack "
+                    "restores its rule)",
+                )
+            )
+
+    if not nat:
+        out.extend(_endpoint_problems(facts, network, vpc, groups, private))
+        out.extend(_role_without_nat(facts))
+    if not out:
+        how = (
+            "through " + ", ".join(sorted({str(s.default_route) for s in private}))
+            if nat
+            else "through VPC endpoints; no NAT, so on-demand prices come from the persisted, else the "
+            "bundled snapshot (the Pricing API has no endpoint here)"
+        )
+        out.append(
+            _ok(
+                check,
+                f"the functions run in {vpc} and reach the "
+                f"{'private' if network.private_access else 'public'} API endpoint on 443; AWS APIs {how}",
+            )
+        )
+    return out
+
+
 @dataclass(frozen=True)
 class Smallest:
     name: str
@@ -860,6 +1210,7 @@ def run_checks(facts: Facts, overhead: Callable[..., resources.ResourceList]) ->
         (CheckId.KMS_KEYS, True, check_kms_keys),
         (CheckId.SPOT_SERVICE_LINKED_ROLE, True, check_spot_role),
         (CheckId.LAMBDA_PERMISSIONS, False, check_lambda_permissions),
+        (CheckId.CLUSTER_NETWORK, False, check_cluster_network),
         (CheckId.DAEMONSETS_FIT, True, lambda f: check_daemonsets_fit(f, overhead)),
     ]
     out: list[CheckResult] = []

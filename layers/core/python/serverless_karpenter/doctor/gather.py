@@ -21,15 +21,20 @@ from serverless_karpenter.doctor.checks import (
     CONFIG_MAP,
     QUEUE_SETTING,
     AccessFacts,
+    EndpointFacts,
     EventSourceFacts,
     Facts,
+    FunctionNetworkFacts,
+    IngressRule,
     KmsKeyFacts,
+    NetworkFacts,
     NodeClassFacts,
     PermissionFacts,
     QueueConsumerFacts,
     QueueFacts,
     RuleFacts,
     StackFacts,
+    SubnetFacts,
     queue_name,
 )
 from serverless_karpenter.provisioning.context import ControlPlane
@@ -196,6 +201,29 @@ def _access_denied(error: Exception) -> str | None:
     return None
 
 
+# Where a default route may lead, in the order DescribeRouteTables names the target.
+_ROUTE_TARGETS = (
+    "GatewayId",
+    "NatGatewayId",
+    "TransitGatewayId",
+    "NetworkInterfaceId",
+    "InstanceId",
+    "VpcPeeringConnectionId",
+    "EgressOnlyInternetGatewayId",
+)
+
+
+def _default_route(table: Mapping[str, Any] | None) -> str | None:
+    """The target of the table's active 0.0.0.0/0 route: igw-... for a public subnet, nat-... (or another
+    egress target) for a private one with a way out, None for one with none."""
+    for route in (table or {}).get("Routes") or []:
+        if route.get("DestinationCidrBlock") == "0.0.0.0/0" and route.get("State", "active") == "active":
+            for key in _ROUTE_TARGETS:
+                if route.get(key):
+                    return str(route[key])
+    return None
+
+
 def _policy(document: Any) -> dict[str, Any] | None:
     if not document:
         return None
@@ -257,6 +285,8 @@ class Gatherer:
             permissions=self.permissions(roles, outputs, account),
             launch_role_arn=roles.get("provisioner"),
         )
+        if eks_cluster is not None:
+            facts.network = self.network(eks_cluster, outputs)
         if eks_cluster is None:
             facts.cluster_unavailable = f"there is no EKS cluster {self.cluster} in {self.region}"
         elif self.plane is None:  # the cluster exists, but this run was given no way to read it
@@ -488,6 +518,138 @@ class Gatherer:
                 instance_profile=None,
             )
             out[facts.name] = list(self.plane.instance_types.instance_types(resolved, by_name[facts.name]))
+        return out
+
+    # -- the functions' network ----------------------------------------------------------------------
+
+    def network(self, eks_cluster: Mapping[str, Any], outputs: Mapping[str, str]) -> NetworkFacts | None:
+        """The cluster's endpoint access and groups, the functions' VPC configuration, their subnets' routes
+        and the VPC endpoints they could use; None without a function to look at."""
+        functions: dict[str, FunctionNetworkFacts] = {}
+        for function in naming.FUNCTION_NAMES:
+            physical = outputs.get(naming.function_output(function))
+            if not physical:
+                continue
+            try:
+                configuration = self.client("lambda").get_function_configuration(FunctionName=physical)
+            except ClientError as error:
+                if _code(error) == "ResourceNotFoundException":
+                    continue  # the stack check reports it
+                raise
+            vpc = configuration.get("VpcConfig") or {}
+            functions[function] = FunctionNetworkFacts(
+                vpc_id=vpc.get("VpcId") or None,
+                subnet_ids=list(vpc.get("SubnetIds") or []),
+                security_groups=list(vpc.get("SecurityGroupIds") or []),
+            )
+        if not functions:
+            return None
+        config = eks_cluster.get("resourcesVpcConfig") or {}
+        cluster_group = config.get("clusterSecurityGroupId") or None
+        facts = NetworkFacts(
+            cluster_vpc_id=config.get("vpcId") or None,
+            public_access=config.get("endpointPublicAccess"),
+            private_access=config.get("endpointPrivateAccess"),
+            public_access_cidrs=list(config.get("publicAccessCidrs") or []),
+            cluster_security_group_id=cluster_group,
+            functions=functions,
+        )
+        # The API endpoint's ENIs carry the cluster security group and the additional ones.
+        endpoint_groups = list(
+            dict.fromkeys(
+                [*([cluster_group] if cluster_group else []), *(config.get("securityGroupIds") or [])]
+            )
+        )
+        facts.endpoint_group_ingress = self.ingress(endpoint_groups)
+        function_subnets = sorted({s for f in functions.values() for s in f.subnet_ids})
+        facts.subnets = self.subnets(function_subnets)
+        for function_facts in functions.values():
+            # The VPC is the subnets' (an emulator's VpcConfig may name another).
+            vpcs_of_subnets = {
+                facts.subnets[s].vpc_id for s in function_facts.subnet_ids if s in facts.subnets
+            }
+            if len(vpcs_of_subnets) == 1:
+                function_facts.vpc_id = vpcs_of_subnets.pop()
+        vpcs = sorted({str(f.vpc_id) for f in functions.values() if f.vpc_id})
+        if vpcs:
+            pages = (
+                self.client("ec2")
+                .get_paginator("describe_vpc_endpoints")
+                .paginate(Filters=[{"Name": "vpc-id", "Values": vpcs}])
+            )
+            facts.endpoints = [
+                EndpointFacts(
+                    id=str(e["VpcEndpointId"]),
+                    service=str(e.get("ServiceName", "")).rsplit(".", 1)[-1],
+                    type=str(e.get("VpcEndpointType", "")),
+                    state=str(e.get("State", "")),
+                    private_dns=bool(e.get("PrivateDnsEnabled")),
+                    route_tables=list(e.get("RouteTableIds") or []),
+                    security_groups=[str(g["GroupId"]) for g in e.get("Groups") or []],
+                )
+                for page in pages
+                for e in page.get("VpcEndpoints") or []
+            ]
+            facts.endpoint_ingress = self.ingress(
+                sorted({g for e in facts.endpoints if e.type == "Interface" for g in e.security_groups})
+            )
+        # For the fix of unreachable functions: the cluster's subnets that route to no internet gateway.
+        cluster_subnet_ids = list(config.get("subnetIds") or [])
+        cluster_subnets = self.subnets(cluster_subnet_ids)
+        private = [
+            cluster_subnets[s]
+            for s in cluster_subnet_ids
+            if s in cluster_subnets and not (cluster_subnets[s].default_route or "").startswith("igw-")
+        ]
+        facts.private_cluster_subnets = [s.id for s in private]
+        facts.private_cluster_route_tables = sorted({s.route_table for s in private if s.route_table})
+        return facts
+
+    def ingress(self, group_ids: Sequence[str]) -> dict[str, list[IngressRule]]:
+        if not group_ids:
+            return {}
+        groups = self.client("ec2").describe_security_groups(GroupIds=list(group_ids))["SecurityGroups"]
+        return {
+            str(group["GroupId"]): [
+                IngressRule(
+                    protocol=str(rule.get("IpProtocol", "")),
+                    from_port=rule.get("FromPort"),
+                    to_port=rule.get("ToPort"),
+                    source_groups=[str(p["GroupId"]) for p in rule.get("UserIdGroupPairs") or []],
+                    cidrs=[str(r["CidrIp"]) for r in rule.get("IpRanges") or []],
+                )
+                for rule in group.get("IpPermissions") or []
+            ]
+            for group in groups
+        }
+
+    def subnets(self, subnet_ids: Sequence[str]) -> dict[str, SubnetFacts]:
+        """Each subnet with where its default route goes (its own route table's, else its VPC's main one)."""
+        if not subnet_ids:
+            return {}
+        ec2 = self.client("ec2")
+        described = ec2.describe_subnets(SubnetIds=list(subnet_ids))["Subnets"]
+        tables: dict[str, dict[str, Any]] = {}  # subnet id -> route table
+        main: dict[str, dict[str, Any]] = {}  # vpc id -> main route table
+        for table in ec2.describe_route_tables(
+            Filters=[{"Name": "vpc-id", "Values": sorted({str(s["VpcId"]) for s in described})}]
+        )["RouteTables"]:
+            for association in table.get("Associations") or []:
+                if association.get("SubnetId"):
+                    tables[str(association["SubnetId"])] = table
+                if association.get("Main"):
+                    main[str(table["VpcId"])] = table
+        out: dict[str, SubnetFacts] = {}
+        for subnet in described:
+            table = tables.get(str(subnet["SubnetId"])) or main.get(str(subnet["VpcId"]))
+            out[str(subnet["SubnetId"])] = SubnetFacts(
+                id=str(subnet["SubnetId"]),
+                cidr=str(subnet.get("CidrBlock", "")),
+                zone=str(subnet.get("AvailabilityZone", "")),
+                default_route=_default_route(table),
+                route_table=str(table["RouteTableId"]) if table else None,
+                vpc_id=str(subnet["VpcId"]),
+            )
         return out
 
     # -- access and permissions ----------------------------------------------------------------------
