@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,8 @@ from rich.table import Table
 from rich.text import Text
 from serverless_karpenter.adapters.ec2 import ResolvedNodeClass, Subnet
 from serverless_karpenter.api.ec2nodeclass import spec_ami_family
-from serverless_karpenter.api.errors import ManifestError
+from serverless_karpenter.api.errors import ManifestError, show
 from serverless_karpenter.api.labels import CAPACITY_TYPE, INSTANCE_TYPE, ZONE
-from serverless_karpenter.api.manifests import is_karpenter_kind, parse_manifest
 from serverless_karpenter.catalog import (
     KubeletConfig,
     build_catalog,
@@ -31,6 +31,7 @@ from serverless_karpenter.catalog import (
     offered_zones_from_items,
 )
 from serverless_karpenter.catalog.allocatable import AMI_FAMILIES
+from serverless_karpenter.catalog.overlays import Overlays
 from serverless_karpenter.clock import SystemClock
 from serverless_karpenter.provisioning.context import InstanceTypeProvider
 from serverless_karpenter.provisioning.provisioner import (
@@ -39,8 +40,17 @@ from serverless_karpenter.provisioning.provisioner import (
     namespace_labels,
     simulate_provisioning,
 )
-from serverless_karpenter.runtime import CatalogInstanceTypes, SchedulableInstanceType
-from serverless_karpenter.scheduling.inputs import ManifestSet, classify, flatten
+from serverless_karpenter.runtime import CatalogInstanceTypes, SchedulableInstanceType, schedulable_types
+from serverless_karpenter.scheduling.inputs import (
+    MAX_PODS,
+    ManifestSet,
+    NotAnObject,
+    classify,
+    flatten,
+    nodeclaim_records,
+    pod_count,
+)
+from serverless_karpenter.scheduling.manifest_validation import display_name, group, read_kind, validate
 from serverless_karpenter.scheduling.scheduler import SchedulingResult, choose_offering
 from serverless_karpenter.scheduling.volumes import VolumeIndex
 from serverless_karpenter.solver import SolveReport
@@ -94,23 +104,174 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _files(path: Path) -> list[Path]:
     if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _MANIFEST_SUFFIXES)
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _MANIFEST_SUFFIXES)
+        if not files:
+            raise PlanError(f"{path}: no {', '.join(_MANIFEST_SUFFIXES)} files in the folder")
+        return files
     if path.is_file():
         return [path]
     raise PlanError(f"{path}: no such file or folder")
 
 
-def load_objects(paths: Iterable[str]) -> list[dict[str, Any]]:
-    objects: list[dict[str, Any]] = []
+@dataclass
+class Source:
+    """An object from the manifests, and where it was written (for errors and the list of ignored)."""
+
+    obj: dict[str, Any]
+    file: Path
+    document: int  # 1-based, counting every document of the file
+
+    def where(self) -> str:
+        return f"{self.file}: document {self.document}"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML as kubectl reads it: a key twice in one mapping is an error (PyYAML would keep the last one
+    silently), and timestamps stay strings (JSON has no timestamps; a label value like 2024-01-01 is a
+    string to the API server)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"mapping key {key_node.value!r} already defined", key_node.start_mark
+                    )
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _timestamp_as_text(loader: _StrictLoader, node: yaml.Node) -> str:
+    assert isinstance(node, yaml.ScalarNode)
+    return str(loader.construct_scalar(node))
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)
+
+# No manifest nests this deep; deeper (or a recursive alias) would exhaust Python's stack further on.
+_MAX_DEPTH = 100
+# Aliases may repeat a node, but a document that expands to this many values and ten times its own size
+# is an alias bomb ("billion laughs"): refused before anything walks the expansion.
+_MAX_EXPANDED = 1_000_000
+
+
+def _check_shape(doc: Any) -> str | None:
+    """Why a loaded document cannot be walked safely (too deep, recursive, an alias bomb), or None."""
+    sizes: dict[int, int] = {}
+
+    def size(value: Any, depth: int) -> int:
+        if not isinstance(value, dict | list):
+            return 1
+        if depth > _MAX_DEPTH:
+            raise RecursionError
+        known = sizes.get(id(value))
+        if known is not None:
+            return known
+        children = value.values() if isinstance(value, dict) else value
+        total = 1 + sum(size(child, depth + 1) for child in children)
+        sizes[id(value)] = total
+        return total
+
+    try:
+        expanded = size(doc, 0)
+    except RecursionError:
+        return f"nested deeper than {_MAX_DEPTH} levels (or a recursive alias)"
+    if expanded > _MAX_EXPANDED and expanded > 10 * len(sizes):
+        return f"aliases expand it to {expanded} values: refused as an alias bomb"
+    return None
+
+
+def _documents(file: Path) -> list[Any]:
+    try:
+        text = file.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise PlanError(f"{file}: not UTF-8 text (byte {error.start}): not a manifest") from None
+    except OSError as error:
+        raise PlanError(f"{file}: cannot read: {error.strerror or error}") from None
+    try:
+        return list(yaml.load_all(text, Loader=_StrictLoader))
+    except yaml.YAMLError as error:
+        first = " ".join(str(error).split()) if str(error) else type(error).__name__
+        raise PlanError(f"{file}: not valid YAML: {first}") from None
+    except RecursionError:
+        raise PlanError(f"{file}: not valid YAML: nested deeper than Python can read") from None
+
+
+def load_sources(paths: Iterable[str]) -> list[Source]:
+    """Every object of the files and folders, in order; a document that is not an object is an error."""
+    out: list[Source] = []
     for raw in paths:
         for file in _files(Path(raw)):
-            try:
-                with file.open() as handle:
-                    objects.extend(flatten(yaml.safe_load_all(handle)))
-            except yaml.YAMLError as error:
-                first = str(error).splitlines()[0] if str(error) else type(error).__name__
-                raise PlanError(f"{file}: not valid YAML: {first}") from None
-    return objects
+            for index, doc in enumerate(_documents(file), start=1):
+                problem = _check_shape(doc)
+                if problem:
+                    raise PlanError(f"{file}: document {index}: {problem}")
+                try:
+                    objects = flatten([doc])
+                except NotAnObject as error:
+                    raise PlanError(f"{file}: document {index}: {str(error).partition(': ')[2]}") from None
+                out.extend(Source(obj, file, index) for obj in objects)
+    return out
+
+
+def load_objects(paths: Iterable[str]) -> list[dict[str, Any]]:
+    return [source.obj for source in load_sources(paths)]
+
+
+def _object_label(obj: Mapping[str, Any]) -> str:
+    name = display_name(obj)
+    return f' object "{name}"' if name else " object"
+
+
+def select(sources: Sequence[Source]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The objects scheduling reads, validated, and the ones left out (with why). Of two objects with
+    one kind and name the later wins, as with ``kubectl apply -f`` of both."""
+    kept: dict[tuple[str, ...], Source] = {}
+    unnamed: list[Source] = []
+    ignored: list[dict[str, str]] = []
+    for source in sources:
+        obj = source.obj
+        kind, api_version = obj.get("kind"), obj.get("apiVersion")
+        for field_name, value in (("kind", kind), ("apiVersion", api_version)):
+            if value is None and field_name == "kind":
+                raise PlanError(f"{source.where()}:{_object_label(obj)}: kind: is required")
+            if value is not None and not isinstance(value, str):
+                got = f"must be a string (got {show(value)})"
+                raise PlanError(f"{source.where()}:{_object_label(obj)}: {field_name}: {got}")
+        if not read_kind(api_version, kind):
+            why = "no apiVersion" if api_version is None else "not a kind plan reads"
+            ignored.append(_ignored(source, why))
+            continue
+        try:
+            validate(obj)
+        except ManifestError as error:
+            raise PlanError(f"{source.file}: {error}") from None
+        name = display_name(obj)
+        meta = obj.get("metadata") or {}
+        if not meta.get("name"):  # a Pod with only a generateName: the API server names each one anew
+            unnamed.append(source)
+            continue
+        key = (group(str(api_version)), str(kind), str(name))
+        if key in kept:
+            ignored.append(
+                _ignored(kept.pop(key), f"replaced by a later {kind} of the same name ({source.where()})")
+            )
+        kept[key] = source
+    position = {id(source): index for index, source in enumerate(sources)}
+    ordered = sorted([*kept.values(), *unnamed], key=lambda s: position[id(s)])
+    return [s.obj for s in ordered], ignored
+
+
+def _ignored(source: Source, reason: str) -> dict[str, str]:
+    obj = source.obj
+    return {
+        "kind": str(obj.get("kind")),
+        "apiVersion": str(obj.get("apiVersion") or ""),
+        "name": display_name(obj) or "",
+        "file": str(source.file),
+        "reason": reason,
+    }
 
 
 class FileCatalog:
@@ -118,8 +279,14 @@ class FileCatalog:
     DescribeSpotPriceHistory items and on-demand prices. A type with no offering in a zone is not offered
     there; a type with no spot price has no spot offering."""
 
-    def __init__(self, data: Mapping[str, Any], region: str) -> None:
+    def __init__(
+        self,
+        data: Mapping[str, Any],
+        region: str,
+        overlays: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+    ) -> None:
         self.region = region
+        self._overlays = Overlays.from_manifests(overlays() if overlays else ())
         self._types = list(data.get("InstanceTypes") or [])
         self._offered = offered_zones_from_items(data.get("InstanceTypeOfferings") or [])
         self._on_demand = {str(k): float(v) for k, v in (data.get("OnDemandPrices") or {}).items()}
@@ -141,13 +308,7 @@ class FileCatalog:
             kubelet=KubeletConfig.from_spec((spec.get("spec") or {}).get("kubelet")),
             ami_family_name=nodeclass.ami_family,
         )
-        return [
-            SchedulableInstanceType(
-                it.name, it.allocatable, it.capacity, it.labels, catalog.available_offerings(it)
-            )
-            for it in catalog
-            if it.arch in nodeclass.amis and catalog.available_offerings(it)
-        ]
+        return schedulable_types(catalog, nodeclass, self._overlays)
 
     def mark_unavailable(self, capacity_type: str, instance_type: str, zone: str, reason: str) -> None:
         """Nothing launches in a plan."""
@@ -205,6 +366,7 @@ def build_plan(
         resolved={name: offline_nodeclass(spec, zones) for name, spec in specs.items()},
         nodes=manifests.nodes,
         bound_pods=manifests.bound,
+        records=nodeclaim_records(manifests.nodeclaims, manifests.nodes, manifests.daemonsets),
         daemonsets=manifests.daemonsets,
         namespaces=namespace_labels(manifests.namespaces),
         volumes=VolumeIndex.build(
@@ -264,13 +426,20 @@ def render(
     }
 
 
-def _validate(objects: Iterable[Mapping[str, Any]]) -> None:
+def _check_pod_count(objects: Sequence[Mapping[str, Any]]) -> None:
+    total = 0
     for obj in objects:
-        if is_karpenter_kind(obj) and obj.get("kind") in ("NodePool", "EC2NodeClass"):
-            parse_manifest(obj)
+        total += pod_count(obj)
+        if total > MAX_PODS:
+            raise PlanError(
+                f'{obj.get("kind")} "{display_name(obj)}": the manifests ask for more than {MAX_PODS} pods '
+                f"with this one (replicas, parallelism): more than plan simulates"
+            )
 
 
-def _provider(args: argparse.Namespace) -> tuple[InstanceTypeProvider, list[str], str]:
+def _provider(
+    args: argparse.Namespace, overlays: Sequence[Mapping[str, Any]] = ()
+) -> tuple[InstanceTypeProvider, list[str], str]:
     if args.catalog:
         try:
             data = json.loads(Path(args.catalog).read_text())
@@ -279,7 +448,7 @@ def _provider(args: argparse.Namespace) -> tuple[InstanceTypeProvider, list[str]
         if not isinstance(data, dict) or not isinstance(data.get("InstanceTypes"), list):
             raise PlanError(f'--catalog {args.catalog}: expected a JSON object with an "InstanceTypes" list')
         region = args.region or str(data.get("region") or DEFAULT_REGION)
-        catalog = FileCatalog(data, region)
+        catalog = FileCatalog(data, region, lambda: overlays)
         return catalog, catalog.zones(), region
     region = args.region or DEFAULT_REGION
     try:
@@ -287,26 +456,34 @@ def _provider(args: argparse.Namespace) -> tuple[InstanceTypeProvider, list[str]
     except ValueError as error:
         raise PlanError(f"{error}; pass --catalog FILE for other regions") from None
     zones = sorted(snapshot.zone_ids) or sorted({z for zs in snapshot.offered_zones.values() for z in zs})
-    return CatalogInstanceTypes(region, SystemClock()), zones, region
+    # The live provisioner's provider, with the manifests' NodeOverlays where it reads the cluster's.
+    return CatalogInstanceTypes(region, SystemClock(), overlays=lambda: overlays), zones, region
 
 
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
-        objects = load_objects(args.paths)
-        _validate(objects)
-        provider, zones, _ = _provider(args)
+        objects, ignored = select(load_sources(args.paths))
+        _check_pod_count(objects)
         manifests = classify(objects)
+        provider, zones, _ = _provider(args, manifests.overlays)
         if not manifests.nodepools:
             raise PlanError("no NodePool in the manifests: there is nothing to provision with")
         plan = build_plan(manifests, provider, zones)
     except (PlanError, ManifestError) as error:
+        # One line, whatever the terminal's width: scripts and tests read it whole.
         err.print(Text.assemble(("error:", "red"), f" {error}"), soft_wrap=True, highlight=False)
         return 2
+    plan["ignored"] = ignored
     if args.output == "json":
         print(json.dumps(plan))
     else:
         print_table(plan, Console())
+        for item in ignored:
+            where = f"{item['kind']} {item['apiVersion'] or '(no apiVersion)'} {item['name'] or '(unnamed)'}"
+            err.print(
+                f"ignored: {where} in {item['file']}: {item['reason']}", soft_wrap=True, highlight=False
+            )
     return 0
 
 
