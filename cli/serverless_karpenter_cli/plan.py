@@ -224,7 +224,7 @@ def _object_label(obj: Mapping[str, Any]) -> str:
     return f' object "{name}"' if name else " object"
 
 
-def select(sources: Sequence[Source]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def select(sources: Sequence[Source]) -> tuple[list[Source], list[dict[str, str]]]:
     """The objects scheduling reads, validated, and the ones left out (with why). Of two objects with
     one kind and name the later wins, as with ``kubectl apply -f`` of both."""
     kept: dict[tuple[str, ...], Source] = {}
@@ -260,7 +260,7 @@ def select(sources: Sequence[Source]) -> tuple[list[dict[str, Any]], list[dict[s
         kept[key] = source
     position = {id(source): index for index, source in enumerate(sources)}
     ordered = sorted([*kept.values(), *unnamed], key=lambda s: position[id(s)])
-    return [s.obj for s in ordered], ignored
+    return ordered, ignored
 
 
 def _ignored(source: Source, reason: str) -> dict[str, str]:
@@ -426,14 +426,15 @@ def render(
     }
 
 
-def _check_pod_count(objects: Sequence[Mapping[str, Any]]) -> None:
+def _check_pod_count(sources: Sequence[Source]) -> None:
     total = 0
-    for obj in objects:
-        total += pod_count(obj)
+    for source in sources:
+        total += pod_count(source.obj)
         if total > MAX_PODS:
+            obj = source.obj
             raise PlanError(
-                f'{obj.get("kind")} "{display_name(obj)}": the manifests ask for more than {MAX_PODS} pods '
-                f"with this one (replicas, parallelism): more than plan simulates"
+                f'{source.file}: {obj.get("kind")} "{display_name(obj)}": spec: with it the manifests ask for '
+                f"more than {MAX_PODS} pods, more than plan simulates"
             )
 
 
@@ -463,9 +464,9 @@ def _provider(
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
-        objects, ignored = select(load_sources(args.paths))
-        _check_pod_count(objects)
-        manifests = classify(objects)
+        sources, ignored = select(load_sources(args.paths))
+        _check_pod_count(sources)
+        manifests = classify(source.obj for source in sources)
         provider, zones, _ = _provider(args, manifests.overlays)
         if not manifests.nodepools:
             raise PlanError("no NodePool in the manifests: there is nothing to provision with")

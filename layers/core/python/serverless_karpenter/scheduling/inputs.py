@@ -84,6 +84,16 @@ def flatten(documents: Iterable[Any]) -> list[Obj]:
     return out
 
 
+def without_nulls(value: Any) -> Any:
+    """A copy without the null fields, as the API server stores an object: ``tolerations: null`` is no
+    tolerations (validation has checked that every null is somewhere a field may be left out)."""
+    if isinstance(value, Mapping):
+        return {key: without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [without_nulls(item) for item in value]
+    return value
+
+
 def pod_count(obj: Mapping[str, Any]) -> int:
     """How many pods a (validated) workload's controller would create; 1 for a Pod, 0 for anything else."""
     kind = obj.get("kind")
@@ -220,7 +230,7 @@ def classify(objects: Iterable[Mapping[str, Any]]) -> ManifestSet:
     pods: list[Obj] = []
     template_claims: list[Obj] = []
     for raw in objects:
-        obj = dict(raw)
+        obj = without_nulls(raw)
         kind = obj.get("kind")
         if kind == "NodePool":
             out.nodepools.append(obj)

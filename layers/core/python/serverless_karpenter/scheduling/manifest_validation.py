@@ -74,7 +74,8 @@ def display_name(obj: Mapping[str, Any]) -> str | None:
     name = meta.get("name") or meta.get("generateName")
     if not isinstance(name, str) or not name:
         return None
-    if obj.get("kind") in CLUSTER_SCOPED:
+    kind = obj.get("kind")
+    if isinstance(kind, str) and kind in CLUSTER_SCOPED:
         return name
     namespace = meta.get("namespace")
     return f"{namespace if isinstance(namespace, str) and namespace else 'default'}/{name}"
@@ -179,7 +180,9 @@ def _pdb(check: Checker, obj: Mapping[str, Any]) -> None:
 
 
 def _namespace(check: Checker, obj: Mapping[str, Any]) -> None:
-    check.dns_label((obj.get("metadata") or {}).get("name"), "metadata.name")
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping):
+        check.dns_label(meta.get("name"), "metadata.name")
 
 
 _CHECKS: dict[str, Callable[[Checker, Mapping[str, Any]], None]] = {

@@ -27,6 +27,7 @@ from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.requirements import parse_int
 
 INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -39,6 +40,10 @@ PROTOCOLS = ("TCP", "UDP", "SCTP")
 
 # The workload kinds whose pod template plan expands or reads, and where their template is.
 WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet")
+
+
+def _unit(resource: str) -> str:
+    return "millicores" if resource == resources.CPU else "units"
 
 
 def _choices(values: Sequence[str]) -> str:
@@ -196,6 +201,11 @@ class Checker:
                 self.add(where, problem)
                 continue
             amount = resources.parse(name, quantity)
+            if amount > INT64_MAX:
+                # Kubernetes reads quantities as 64-bit integers (cpu in millicores): beyond that the
+                # scheduler's arithmetic saturates, and ours would not be Kubernetes' any more.
+                self.add(where, f"is too large: at most {INT64_MAX} {_unit(name)} (got {show(quantity)})")
+                continue
             if amount < 0:
                 self.add(where, f"must be greater than or equal to 0 (got {show(quantity)})")
                 continue
@@ -207,14 +217,14 @@ class Checker:
 
 
 def metadata_violations(check: Checker, metadata: Any, path: str, *, namespaced: bool, named: bool) -> None:
-    """``named``: the object needs a name (a Pod may have only a generateName)."""
-    meta = check.mapping(metadata, path, required=named)
+    """``named``: the object needs a name; otherwise (a Pod) a generateName will do."""
+    meta = check.mapping(metadata, path, required=True)
     if meta is None:
         return
     if named or meta.get("generateName") is None:
-        check.dns_subdomain(meta.get("name"), f"{path}.name", required=named)
+        check.dns_subdomain(meta.get("name"), f"{path}.name", required=True)
     else:
-        check.string(meta.get("generateName"), f"{path}.generateName")
+        check.string(meta.get("generateName"), f"{path}.generateName", required=True)
         check.dns_subdomain(meta.get("name"), f"{path}.name", required=False)
     if namespaced:
         check.dns_label(meta.get("namespace"), f"{path}.namespace", required=False)
@@ -341,9 +351,7 @@ def toleration_violations(check: Checker, tolerations: Any, path: str) -> None:
             if problem:
                 check.add(f"{where}.value", problem)
         effect = check.enum(item.get("effect"), f"{where}.effect", TAINT_EFFECTS)
-        seconds = check.integer(
-            item.get("tolerationSeconds"), f"{where}.tolerationSeconds", high=(1 << 63) - 1
-        )
+        seconds = check.integer(item.get("tolerationSeconds"), f"{where}.tolerationSeconds", high=INT64_MAX)
         if seconds is not None and effect != "NoExecute":
             check.add(f"{where}.effect", "must be NoExecute when `tolerationSeconds` is set")
 
@@ -365,7 +373,9 @@ def topology_spread_violations(check: Checker, constraints: Any, path: str) -> N
         check.enum(item.get("nodeAffinityPolicy"), f"{where}.nodeAffinityPolicy", INCLUSION_POLICIES)
         check.enum(item.get("nodeTaintsPolicy"), f"{where}.nodeTaintsPolicy", INCLUSION_POLICIES)
         pair = (item.get("topologyKey"), item.get("whenUnsatisfiable"))
-        if pair in seen and all(isinstance(p, str) for p in pair):
+        if not all(isinstance(p, str) for p in pair):
+            continue
+        if pair in seen:
             check.add(where, f"duplicate of an earlier constraint on topologyKey {pair[0]!r} and {pair[1]}")
         seen.add(pair)
 
