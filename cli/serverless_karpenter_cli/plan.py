@@ -433,8 +433,8 @@ def _check_pod_count(sources: Sequence[Source]) -> None:
         if total > MAX_PODS:
             obj = source.obj
             raise PlanError(
-                f'{source.file}: {obj.get("kind")} "{display_name(obj)}": spec: with it the manifests ask for '
-                f"more than {MAX_PODS} pods, more than plan simulates"
+                f'{source.file}: {obj.get("kind")} "{display_name(obj)}": spec: with it the manifests ask '
+                f"for more than {MAX_PODS} pods, more than plan simulates"
             )
 
 
