@@ -21,6 +21,7 @@ from serverless_karpenter.scheduling.pod_validation import (
     label_selector_violations,
     metadata_violations,
     pod_violations,
+    pvc_spec_violations,
     toleration_violations,
     workload_violations,
 )
@@ -88,6 +89,8 @@ def _taints(check: Checker, taints: Any, path: str) -> None:
         check.string(taint.get("value"), f"{where}.value")
         check.enum(taint.get("effect"), f"{where}.effect", TAINT_EFFECTS, required=True)
         pair = (taint.get("key"), taint.get("effect"))
+        if not all(isinstance(p, str) for p in pair):
+            continue
         if pair in seen:
             check.add(where, "taints must be unique by key and effect")
         seen.add(pair)
@@ -117,18 +120,6 @@ def _node_selector_terms(check: Checker, terms: Any, path: str) -> None:
                 required=True,
             )
             check.strings(item.get("values"), f"{item_path}.values")
-
-
-def _pvc_spec(check: Checker, spec: Any, path: str) -> None:
-    body = check.mapping(spec, path, required=True)
-    if body is None:
-        return
-    check.string(body.get("storageClassName"), f"{path}.storageClassName")
-    check.string(body.get("volumeName"), f"{path}.volumeName")
-    check.strings(body.get("accessModes"), f"{path}.accessModes")
-    requirements = check.mapping(body.get("resources"), f"{path}.resources")
-    if requirements is not None:
-        check.quantities(requirements.get("requests"), f"{path}.resources.requests")
 
 
 def _pv(check: Checker, obj: Mapping[str, Any]) -> None:
@@ -191,7 +182,7 @@ _CHECKS: dict[str, Callable[[Checker, Mapping[str, Any]], None]] = {
     "StorageClass": _storage_class,
     "RuntimeClass": _runtime_class,
     "PodDisruptionBudget": _pdb,
-    "PersistentVolumeClaim": lambda check, obj: _pvc_spec(check, obj.get("spec"), "spec"),
+    "PersistentVolumeClaim": lambda check, obj: pvc_spec_violations(check, obj.get("spec"), "spec"),
     "Namespace": _namespace,
 }
 

@@ -422,6 +422,19 @@ def _containers(check: Checker, spec: Mapping[str, Any], path: str) -> None:
                 names.add(name)
 
 
+def pvc_spec_violations(check: Checker, spec: Any, path: str) -> None:
+    """A PersistentVolumeClaim's spec, or a claim template's (StatefulSet, ephemeral volume)."""
+    body = check.mapping(spec, path, required=True)
+    if body is None:
+        return
+    check.string(body.get("storageClassName"), f"{path}.storageClassName")
+    check.string(body.get("volumeName"), f"{path}.volumeName")
+    check.strings(body.get("accessModes"), f"{path}.accessModes")
+    requirements = check.mapping(body.get("resources"), f"{path}.resources")
+    if requirements is not None:
+        check.quantities(requirements.get("requests"), f"{path}.resources.requests")
+
+
 def _volumes(check: Checker, volumes: Any, path: str) -> None:
     names: set[str] = set()
     for where, volume in check.objects(volumes, path):
@@ -439,8 +452,8 @@ def _volumes(check: Checker, volumes: Any, path: str) -> None:
                 ephemeral.get("volumeClaimTemplate"), f"{where}.ephemeral.volumeClaimTemplate", required=True
             )
             if template is not None:
-                check.mapping(
-                    template.get("spec"), f"{where}.ephemeral.volumeClaimTemplate.spec", required=True
+                pvc_spec_violations(
+                    check, template.get("spec"), f"{where}.ephemeral.volumeClaimTemplate.spec"
                 )
 
 
@@ -503,5 +516,5 @@ def workload_violations(obj: Mapping[str, Any]) -> list[FieldViolation]:
             metadata_violations(
                 check, claim.get("metadata"), f"{where}.metadata", namespaced=False, named=True
             )
-            check.mapping(claim.get("spec"), f"{where}.spec", required=True)
+            pvc_spec_violations(check, claim.get("spec"), f"{where}.spec")
     return check.violations
