@@ -50,12 +50,20 @@ from serverless_karpenter.scheduling.inputs import (
     nodeclaim_records,
     pod_count,
 )
-from serverless_karpenter.scheduling.manifest_validation import display_name, group, read_kind, validate
+from serverless_karpenter.scheduling.manifest_validation import (
+    CORE_KINDS,
+    KARPENTER_KINDS,
+    display_name,
+    group,
+    read_kind,
+    validate,
+)
 from serverless_karpenter.scheduling.scheduler import SchedulingResult, choose_offering
 from serverless_karpenter.scheduling.volumes import VolumeIndex
 from serverless_karpenter.solver import SolveReport
 
 DEFAULT_REGION = "us-east-1"
+READ_KINDS = {**CORE_KINDS, **KARPENTER_KINDS}
 _MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -68,10 +76,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "plan",
         help="show the NodeClaims provisioning would launch for a set of manifests (offline)",
         description=(
-            "Simulates provisioning for manifests: NodePools, EC2NodeClasses, Pods, Deployments, "
+            "Simulates provisioning for manifests: NodePools and NodeClaims (karpenter.sh/v1), NodeOverlays "
+            "(karpenter.sh/v1alpha1), EC2NodeClasses (karpenter.k8s.aws/v1), Pods, Deployments, "
             "StatefulSets, ReplicaSets and Jobs (expanded to pending pods), existing Nodes (pods with "
-            "nodeName are bound to them), DaemonSets, PDBs, PVCs, PVs and StorageClasses. No AWS account "
-            "or cluster is needed."
+            "nodeName are bound to them), DaemonSets, PDBs, PVCs, PVs, StorageClasses, RuntimeClasses and "
+            "Namespaces. Every object is validated as the API server would first; other kinds and "
+            "apiVersions are ignored and listed. No AWS account or cluster is needed."
         ),
         epilog=(
             "examples:\n"
@@ -240,8 +250,7 @@ def select(sources: Sequence[Source]) -> tuple[list[Source], list[dict[str, str]
                 got = f"must be a string (got {show(value)})"
                 raise PlanError(f"{source.where()}:{_object_label(obj)}: {field_name}: {got}")
         if not read_kind(api_version, kind):
-            why = "no apiVersion" if api_version is None else "not a kind plan reads"
-            ignored.append(_ignored(source, why))
+            ignored.append(_ignored(source, _why_ignored(str(kind), api_version)))
             continue
         try:
             validate(obj)
@@ -261,6 +270,14 @@ def select(sources: Sequence[Source]) -> tuple[list[Source], list[dict[str, str]
     position = {id(source): index for index, source in enumerate(sources)}
     ordered = sorted([*kept.values(), *unnamed], key=lambda s: position[id(s)])
     return ordered, ignored
+
+
+def _why_ignored(kind: str, api_version: str | None) -> str:
+    expected = READ_KINDS.get(kind)
+    if expected is None:
+        return "not a kind plan reads"
+    missing = "no apiVersion" if api_version is None else f"apiVersion {api_version}"
+    return f"{missing}: plan reads {kind} of {expected} only"
 
 
 def _ignored(source: Source, reason: str) -> dict[str, str]:
