@@ -344,8 +344,9 @@ def nodeclaim_records(
                 allocatable=resources.parse_list(status.get("allocatable")),
                 labels=labels,
                 taints=taints,
+                # No instance_id: scheduling then holds the claim to its requirements as well as its labels,
+                # which a manifest may give without the zone or instance type the launch added.
                 provider_id=provider_id,
-                instance_id=str(provider_id).rpartition("/")[2] if provider_id else None,
                 node_name=status.get("nodeName"),
                 created_at=datetime.fromtimestamp(0, UTC),
             )
