@@ -225,10 +225,6 @@ def load_sources(paths: Iterable[str]) -> list[Source]:
     return out
 
 
-def load_objects(paths: Iterable[str]) -> list[dict[str, Any]]:
-    return [source.obj for source in load_sources(paths)]
-
-
 def _object_label(obj: Mapping[str, Any]) -> str:
     name = display_name(obj)
     return f' object "{name}"' if name else " object"
