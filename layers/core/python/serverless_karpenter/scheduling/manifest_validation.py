@@ -16,7 +16,7 @@ from serverless_karpenter.api.errors import FieldViolation, ManifestError
 from serverless_karpenter.api.manifests import parse_manifest
 from serverless_karpenter.scheduling.pod_validation import (
     TAINT_EFFECTS,
-    WORKLOAD_KINDS,
+    TEMPLATE_KINDS,
     Checker,
     label_selector_violations,
     metadata_violations,
@@ -192,7 +192,7 @@ def violations(obj: Mapping[str, Any]) -> list[FieldViolation]:
     kind = obj.get("kind")
     if kind == "Pod":
         return pod_violations(obj)
-    if kind in WORKLOAD_KINDS:
+    if kind in TEMPLATE_KINDS:
         return workload_violations(obj)
     check = Checker()
     metadata_violations(

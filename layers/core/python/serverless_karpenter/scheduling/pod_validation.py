@@ -38,8 +38,8 @@ WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
 INCLUSION_POLICIES = ("Honor", "Ignore")
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 
-# The workload kinds whose pod template plan expands or reads, and where their template is.
-WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet")
+# The kinds with a pod template at spec.template: pods scheduling expands them to, or DaemonSet overhead.
+TEMPLATE_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet")
 
 
 def _unit(resource: str) -> str:
@@ -338,8 +338,8 @@ def affinity_violations(check: Checker, affinity: Any, path: str) -> None:
 def toleration_violations(check: Checker, tolerations: Any, path: str) -> None:
     for where, item in check.objects(tolerations, path):
         key = check.string(item.get("key"), f"{where}.key")
-        if key is not None:
-            check.qualified_name(key, f"{where}.key")
+        if key is not None and qualified_name_problem(key):
+            check.add(f"{where}.key", str(qualified_name_problem(key)))
         operator = check.enum(item.get("operator"), f"{where}.operator", TOLERATION_OPERATORS) or "Equal"
         if key is None and item.get("operator") != "Exists":
             check.add(f"{where}.operator", "must be Exists when `key` is empty, which means match all keys")
