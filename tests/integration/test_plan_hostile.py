@@ -174,6 +174,15 @@ OBJECT_ERRORS: dict[str, tuple[Obj, list[str]]] = {
         },
         ['Node "n"', "status.allocatable.cpu", "quantity"],
     ),
+    "CSINode count negative": (
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {"name": "n"},
+            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": -1}}]},
+        },
+        ['CSINode "n"', "spec.drivers[0].allocatable.count", "greater than or equal to 0"],
+    ),
     "invalid NodeOverlay": (
         {
             "apiVersion": "karpenter.sh/v1alpha1",

@@ -40,6 +40,7 @@ CORE_KINDS: dict[str, str] = {
     "Job": "batch/v1",
     "PodDisruptionBudget": "policy/v1",
     "StorageClass": "storage.k8s.io/v1",
+    "CSINode": "storage.k8s.io/v1",
     "RuntimeClass": "node.k8s.io/v1",
 }
 KARPENTER_KINDS: dict[str, str] = {
@@ -49,7 +50,7 @@ KARPENTER_KINDS: dict[str, str] = {
     "EC2NodeClass": "karpenter.k8s.aws/v1",
 }
 CLUSTER_SCOPED = frozenset(
-    {"Node", "Namespace", "PersistentVolume", "StorageClass", "RuntimeClass", *KARPENTER_KINDS}
+    {"Node", "Namespace", "PersistentVolume", "StorageClass", "CSINode", "RuntimeClass", *KARPENTER_KINDS}
 )
 
 
@@ -148,6 +149,17 @@ def _storage_class(check: Checker, obj: Mapping[str, Any]) -> None:
                 check.add(f"{item_path}.values", "must have at least one value")
 
 
+def _csinode(check: Checker, obj: Mapping[str, Any]) -> None:
+    spec = check.mapping(obj.get("spec"), "spec", required=True)
+    for where, driver in check.objects(
+        (spec or {}).get("drivers"), "spec.drivers", required=spec is not None
+    ):
+        check.string(driver.get("name"), f"{where}.name", required=True)
+        allocatable = check.mapping(driver.get("allocatable"), f"{where}.allocatable")
+        if allocatable is not None:
+            check.integer(allocatable.get("count"), f"{where}.allocatable.count", low=0)
+
+
 def _runtime_class(check: Checker, obj: Mapping[str, Any]) -> None:
     check.dns_label(obj.get("handler"), "handler")
     overhead = check.mapping(obj.get("overhead"), "overhead")
@@ -180,6 +192,7 @@ _CHECKS: dict[str, Callable[[Checker, Mapping[str, Any]], None]] = {
     "Node": _node,
     "PersistentVolume": _pv,
     "StorageClass": _storage_class,
+    "CSINode": _csinode,
     "RuntimeClass": _runtime_class,
     "PodDisruptionBudget": _pdb,
     "PersistentVolumeClaim": lambda check, obj: pvc_spec_violations(check, obj.get("spec"), "spec"),
