@@ -207,3 +207,19 @@ def test_nodeclaim_manifests_become_records() -> None:
     assert a.labels["example.com/team"] == "db"
     # The DaemonSet does not tolerate the claim's taint: nothing reserved for it.
     assert a.daemon_overhead == {}
+
+
+@pytest.mark.parametrize(
+    ("spec", "rule"),
+    [
+        ({"minAvailable": "half"}, "percentage up to 100%"),
+        ({"maxUnavailable": "150%"}, "percentage up to 100%"),
+        ({"maxUnavailable": -1}, "non-negative integer"),
+        ({"minAvailable": 1, "maxUnavailable": 1}, "cannot be both set"),
+    ],
+)
+def test_pdb_budgets_as_the_api_server_checks_them(spec: dict[str, Any], rule: str) -> None:
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "b"}, "spec": spec}
+    with pytest.raises(ManifestError, match=rule):
+        validate(pdb)
+    validate({**pdb, "spec": {"maxUnavailable": "0%"}})

@@ -9,10 +9,11 @@ Pure: raises ManifestError, reads no files.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from serverless_karpenter.api.errors import FieldViolation, ManifestError
+from serverless_karpenter.api.errors import FieldViolation, ManifestError, show
 from serverless_karpenter.api.manifests import parse_manifest
 from serverless_karpenter.scheduling.pod_validation import (
     TAINT_EFFECTS,
@@ -25,6 +26,8 @@ from serverless_karpenter.scheduling.pod_validation import (
     toleration_violations,
     workload_violations,
 )
+
+_PERCENT = re.compile(r"^[0-9]+%$")
 
 # The kinds scheduling reads from manifests, by apiVersion; anything else is ignored (and listed).
 CORE_KINDS: dict[str, str] = {
@@ -178,8 +181,16 @@ def _pdb(check: Checker, obj: Mapping[str, Any]) -> None:
     label_selector_violations(check, spec.get("selector"), "spec.selector")
     for key in ("minAvailable", "maxUnavailable"):
         value = spec.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | str)):
-            check.add(f"spec.{key}", f"must be an integer or a percentage (got {value!r})")
+        if value is None:
+            continue
+        percent = isinstance(value, str) and _PERCENT.fullmatch(value) and int(value[:-1]) <= 100
+        if not (percent or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)):
+            check.add(
+                f"spec.{key}",
+                f"must be a non-negative integer or a percentage up to 100% (got {show(value)})",
+            )
+    if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
+        check.add("spec", "minAvailable and maxUnavailable cannot be both set")
 
 
 def _namespace(check: Checker, obj: Mapping[str, Any]) -> None:
