@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -22,7 +21,6 @@ from serverless_karpenter.adapters.ec2 import ResolvedNodeClass, Subnet
 from serverless_karpenter.api.ec2nodeclass import spec_ami_family
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.labels import CAPACITY_TYPE, INSTANCE_TYPE, ZONE
-from serverless_karpenter.api.manifests import is_karpenter_kind, parse_manifest
 from serverless_karpenter.catalog import (
     KubeletConfig,
     build_catalog,
@@ -31,6 +29,7 @@ from serverless_karpenter.catalog import (
     offered_zones_from_items,
 )
 from serverless_karpenter.catalog.allocatable import AMI_FAMILIES
+from serverless_karpenter.catalog.overlays import Overlays
 from serverless_karpenter.clock import SystemClock
 from serverless_karpenter.provisioning.context import InstanceTypeProvider
 from serverless_karpenter.provisioning.provisioner import (
@@ -39,18 +38,15 @@ from serverless_karpenter.provisioning.provisioner import (
     namespace_labels,
     simulate_provisioning,
 )
-from serverless_karpenter.runtime import CatalogInstanceTypes, SchedulableInstanceType
-from serverless_karpenter.scheduling.inputs import ManifestSet, classify, flatten
+from serverless_karpenter.runtime import CatalogInstanceTypes, SchedulableInstanceType, schedulable_types
+from serverless_karpenter.scheduling.inputs import ManifestSet, classify, nodeclaim_records
 from serverless_karpenter.scheduling.scheduler import SchedulingResult, choose_offering
 from serverless_karpenter.scheduling.volumes import VolumeIndex
 from serverless_karpenter.solver import SolveReport
 
+from serverless_karpenter_cli.plan_inputs import PlanError, check_pod_count, load_sources, select
+
 DEFAULT_REGION = "us-east-1"
-_MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-class PlanError(Exception):
-    """A problem with the inputs, reported as one line and exit code 2."""
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -58,10 +54,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "plan",
         help="show the NodeClaims provisioning would launch for a set of manifests (offline)",
         description=(
-            "Simulates provisioning for manifests: NodePools, EC2NodeClasses, Pods, Deployments, "
+            "Simulates provisioning for manifests: NodePools and NodeClaims (karpenter.sh/v1), NodeOverlays "
+            "(karpenter.sh/v1alpha1), EC2NodeClasses (karpenter.k8s.aws/v1), Pods, Deployments, "
             "StatefulSets, ReplicaSets and Jobs (expanded to pending pods), existing Nodes (pods with "
-            "nodeName are bound to them), DaemonSets, PDBs, PVCs, PVs and StorageClasses. No AWS account "
-            "or cluster is needed."
+            "nodeName are bound to them), DaemonSets, PDBs, PVCs, PVs, StorageClasses, RuntimeClasses and "
+            "Namespaces. Every object is validated as the API server would first; other kinds and "
+            "apiVersions are ignored and listed. No AWS account or cluster is needed."
         ),
         epilog=(
             "examples:\n"
@@ -89,28 +87,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-# -- inputs -----------------------------------------------------------------------------------------
-
-
-def _files(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _MANIFEST_SUFFIXES)
-    if path.is_file():
-        return [path]
-    raise PlanError(f"{path}: no such file or folder")
-
-
-def load_objects(paths: Iterable[str]) -> list[dict[str, Any]]:
-    objects: list[dict[str, Any]] = []
-    for raw in paths:
-        for file in _files(Path(raw)):
-            try:
-                with file.open() as handle:
-                    objects.extend(flatten(yaml.safe_load_all(handle)))
-            except yaml.YAMLError as error:
-                first = str(error).splitlines()[0] if str(error) else type(error).__name__
-                raise PlanError(f"{file}: not valid YAML: {first}") from None
-    return objects
+# -- instance types ---------------------------------------------------------------------------------
 
 
 class FileCatalog:
@@ -118,8 +95,14 @@ class FileCatalog:
     DescribeSpotPriceHistory items and on-demand prices. A type with no offering in a zone is not offered
     there; a type with no spot price has no spot offering."""
 
-    def __init__(self, data: Mapping[str, Any], region: str) -> None:
+    def __init__(
+        self,
+        data: Mapping[str, Any],
+        region: str,
+        overlays: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+    ) -> None:
         self.region = region
+        self._overlays = Overlays.from_manifests(overlays() if overlays else ())
         self._types = list(data.get("InstanceTypes") or [])
         self._offered = offered_zones_from_items(data.get("InstanceTypeOfferings") or [])
         self._on_demand = {str(k): float(v) for k, v in (data.get("OnDemandPrices") or {}).items()}
@@ -141,13 +124,7 @@ class FileCatalog:
             kubelet=KubeletConfig.from_spec((spec.get("spec") or {}).get("kubelet")),
             ami_family_name=nodeclass.ami_family,
         )
-        return [
-            SchedulableInstanceType(
-                it.name, it.allocatable, it.capacity, it.labels, catalog.available_offerings(it)
-            )
-            for it in catalog
-            if it.arch in nodeclass.amis and catalog.available_offerings(it)
-        ]
+        return schedulable_types(catalog, nodeclass, self._overlays)
 
     def mark_unavailable(self, capacity_type: str, instance_type: str, zone: str, reason: str) -> None:
         """Nothing launches in a plan."""
@@ -205,6 +182,7 @@ def build_plan(
         resolved={name: offline_nodeclass(spec, zones) for name, spec in specs.items()},
         nodes=manifests.nodes,
         bound_pods=manifests.bound,
+        records=nodeclaim_records(manifests.nodeclaims, manifests.nodes, manifests.daemonsets),
         daemonsets=manifests.daemonsets,
         namespaces=namespace_labels(manifests.namespaces),
         volumes=VolumeIndex.build(
@@ -264,13 +242,9 @@ def render(
     }
 
 
-def _validate(objects: Iterable[Mapping[str, Any]]) -> None:
-    for obj in objects:
-        if is_karpenter_kind(obj) and obj.get("kind") in ("NodePool", "EC2NodeClass"):
-            parse_manifest(obj)
-
-
-def _provider(args: argparse.Namespace) -> tuple[InstanceTypeProvider, list[str], str]:
+def _provider(
+    args: argparse.Namespace, overlays: Sequence[Mapping[str, Any]] = ()
+) -> tuple[InstanceTypeProvider, list[str], str]:
     if args.catalog:
         try:
             data = json.loads(Path(args.catalog).read_text())
@@ -279,7 +253,7 @@ def _provider(args: argparse.Namespace) -> tuple[InstanceTypeProvider, list[str]
         if not isinstance(data, dict) or not isinstance(data.get("InstanceTypes"), list):
             raise PlanError(f'--catalog {args.catalog}: expected a JSON object with an "InstanceTypes" list')
         region = args.region or str(data.get("region") or DEFAULT_REGION)
-        catalog = FileCatalog(data, region)
+        catalog = FileCatalog(data, region, lambda: overlays)
         return catalog, catalog.zones(), region
     region = args.region or DEFAULT_REGION
     try:
@@ -287,26 +261,34 @@ def _provider(args: argparse.Namespace) -> tuple[InstanceTypeProvider, list[str]
     except ValueError as error:
         raise PlanError(f"{error}; pass --catalog FILE for other regions") from None
     zones = sorted(snapshot.zone_ids) or sorted({z for zs in snapshot.offered_zones.values() for z in zs})
-    return CatalogInstanceTypes(region, SystemClock()), zones, region
+    # The live provisioner's provider, with the manifests' NodeOverlays where it reads the cluster's.
+    return CatalogInstanceTypes(region, SystemClock(), overlays=lambda: overlays), zones, region
 
 
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
-        objects = load_objects(args.paths)
-        _validate(objects)
-        provider, zones, _ = _provider(args)
-        manifests = classify(objects)
+        sources, ignored = select(load_sources(args.paths))
+        check_pod_count(sources)
+        manifests = classify(source.obj for source in sources)
+        provider, zones, _ = _provider(args, manifests.overlays)
         if not manifests.nodepools:
             raise PlanError("no NodePool in the manifests: there is nothing to provision with")
         plan = build_plan(manifests, provider, zones)
     except (PlanError, ManifestError) as error:
+        # One line, whatever the terminal's width: scripts and tests read it whole.
         err.print(Text.assemble(("error:", "red"), f" {error}"), soft_wrap=True, highlight=False)
         return 2
+    plan["ignored"] = ignored
     if args.output == "json":
         print(json.dumps(plan))
     else:
         print_table(plan, Console())
+        for item in ignored:
+            where = f"{item['kind']} {item['apiVersion'] or '(no apiVersion)'} {item['name'] or '(unnamed)'}"
+            err.print(
+                f"ignored: {where} in {item['file']}: {item['reason']}", soft_wrap=True, highlight=False
+            )
     return 0
 
 

@@ -63,8 +63,9 @@ def test_plan_json_follows_the_contract(tmp_path: Path, capsys: pytest.CaptureFi
         "lower_bound_per_hour",
         "gap",
         "first_fit_cost_per_hour",
+        "ignored",
     }
-    assert out["unschedulable"] == [] and out["existing_nodes"] == {}
+    assert out["unschedulable"] == [] and out["existing_nodes"] == {} and out["ignored"] == []
     # The solver's report: never dearer than first fit, never below its proven bound.
     assert out["lower_bound_per_hour"] <= out["cost_per_hour"] + 1e-9
     assert out["cost_per_hour"] <= out["first_fit_cost_per_hour"] + 1e-9

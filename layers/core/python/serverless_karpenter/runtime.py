@@ -55,6 +55,30 @@ class SchedulableInstanceType:
     offerings: Sequence[Offering]
 
 
+def schedulable_types(
+    catalog: InstanceTypeCatalog, nodeclass: ResolvedNodeClass, overlays: Overlays
+) -> list[SchedulableInstanceType]:
+    """The catalog's types the node class has an image for, with their available offerings and the
+    NodeOverlay prices and capacity applied: what the scheduler sees, live and in ``plan``."""
+    out = []
+    for it in catalog:
+        if it.arch not in nodeclass.amis:
+            continue
+        offerings = catalog.available_offerings(it)
+        if not offerings:
+            continue
+        allocatable: Mapping[str, int] = it.allocatable
+        capacity: Mapping[str, int] = it.capacity
+        if overlays:
+            offerings = overlays.offerings(it.labels, offerings)
+            extra = overlays.capacity(it.labels)
+            if extra:
+                allocatable = {**allocatable, **extra}
+                capacity = {**capacity, **extra}
+        out.append(SchedulableInstanceType(it.name, allocatable, capacity, it.labels, offerings))
+    return out
+
+
 class CatalogInstanceTypes:
     """Instance types per node class: the live catalog (bundled when EC2 cannot be read), real prices,
     NodeOverlay prices and capacity, and the unavailable-offerings cache applied at each read.
@@ -136,24 +160,7 @@ class CatalogInstanceTypes:
         catalog = self.catalog(nodeclass.zones, kubelet, nodeclass.ami_family).with_unavailable(
             self.unavailable
         )
-        overlays = self.overlays()
-        out = []
-        for it in catalog:
-            if it.arch not in nodeclass.amis:
-                continue
-            offerings = catalog.available_offerings(it)
-            if not offerings:
-                continue
-            allocatable: Mapping[str, int] = it.allocatable
-            capacity: Mapping[str, int] = it.capacity
-            if overlays:
-                offerings = overlays.offerings(it.labels, offerings)
-                extra = overlays.capacity(it.labels)
-                if extra:
-                    allocatable = {**allocatable, **extra}
-                    capacity = {**capacity, **extra}
-            out.append(SchedulableInstanceType(it.name, allocatable, capacity, it.labels, offerings))
-        return out
+        return schedulable_types(catalog, nodeclass, self.overlays())
 
     def mark_unavailable(self, capacity_type: str, instance_type: str, zone: str, reason: str) -> None:
         self.unavailable.mark_unavailable(capacity_type, instance_type, zone, reason)
