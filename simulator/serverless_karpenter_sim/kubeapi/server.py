@@ -557,12 +557,15 @@ class _Handler(BaseHTTPRequestHandler):
             virtual_deadline = api.clock.now() + timedelta(seconds=timeout)
             next_bookmark = _next_bookmark(api.clock.now(), virtual_deadline) if bookmarks else None
             while not store.closed:
+                pokes = store.pokes
                 remaining = wall_deadline - time.monotonic()
                 now = api.clock.now()
                 if remaining <= 0 or now >= virtual_deadline:
                     break
                 try:
-                    events, cursor = store.watch_next(query, cursor, min(remaining, _WATCH_POLL_SECONDS))
+                    events, cursor = store.watch_next(
+                        query, cursor, min(remaining, _WATCH_POLL_SECONDS), pokes
+                    )
                 except ApiError as err:
                     self._chunk(_watch_line("ERROR", err.status()))
                     api.watches.sent(stream, 1, cursor=cursor, checked=now)

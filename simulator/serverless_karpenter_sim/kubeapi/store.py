@@ -173,6 +173,7 @@ class Store:
         self.changed = threading.Condition(self.lock)
         self._undo: list[tuple[str, Key, Entry | None]] | None = None  # set while a dry run is in progress
         self.closed = False
+        self.pokes = 0  # bumped by poke(): a waiting watch looks at the clock again
         self._rv = 0
         self._objects: dict[str, dict[Key, Entry]] = defaultdict(dict)
         self._sorted: dict[str, list[Key]] = {}
@@ -199,6 +200,12 @@ class Store:
     def close(self) -> None:
         with self.lock:
             self.closed = True
+            self.changed.notify_all()
+
+    def poke(self) -> None:
+        """Wake every waiting watch, to look at the clock (and its deadline) again."""
+        with self.lock:
+            self.pokes += 1
             self.changed.notify_all()
 
     def _now(self) -> str:
@@ -946,10 +953,13 @@ class Store:
             # kube-apiserver's words, which clients (client-go's reflector) match to relist.
             raise gone(f"too old resource version: {cursor} ({floor + 1})")
 
-    def watch_next(self, query: Query, cursor: int, wait: float) -> tuple[list[tuple[str, Result]], int]:
-        """Events after ``cursor`` that the query sees, waiting up to ``wait`` seconds for the first."""
+    def watch_next(
+        self, query: Query, cursor: int, wait: float, pokes: int | None = None
+    ) -> tuple[list[tuple[str, Result]], int]:
+        """Events after ``cursor`` that the query sees, waiting up to ``wait`` seconds for the first, or
+        for a :meth:`poke` after ``pokes`` (the count the caller last looked at the clock at)."""
         with self.lock:
-            if self._rv <= cursor and not self.closed:
+            if self._rv <= cursor and not self.closed and (pokes is None or pokes == self.pokes):
                 self.changed.wait(wait)
             resource_id = query.kind.resource_id
             self._check_window(resource_id, cursor)

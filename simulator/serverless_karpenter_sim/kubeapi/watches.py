@@ -81,8 +81,7 @@ class WatchRegistry:
         now = self._store.clock.now()
         give_up = time.monotonic() + timeout
         while True:
-            with self._store.lock:  # a waiting stream wakes up and looks at the store and the clock again
-                self._store.changed.notify_all()
+            self._store.poke()  # a waiting stream wakes up and looks at the store and the clock again
             with self._lock:
                 streams = [
                     s for s in (*self._open.values(), *self._ended.values()) if user is None or user in s.user
