@@ -26,7 +26,9 @@ MAX_REQUESTS_PER_IDLE_MINUTE = 3
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
-    sim = simulation(tmp_path_factory.mktemp("watch"), {"name": "watch", "manifests": [nodepool(), nodeclass()]})
+    sim = simulation(
+        tmp_path_factory.mktemp("watch"), {"name": "watch", "manifests": [nodepool(), nodeclass()]}
+    )
     sim.start()
     try:
         yield sim

@@ -117,6 +117,11 @@ class PendingPodWatch:
         return frozenset(key for key, provisionable in self._provisionable.items() if provisionable)
 
     @property
+    def resource_version(self) -> str:
+        """Where the next watch starts: the last list's, event's or bookmark's version."""
+        return self._version or ""
+
+    @property
     def over(self) -> bool:
         return self._plane.clock.now() >= self.deadline
 
