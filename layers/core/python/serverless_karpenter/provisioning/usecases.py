@@ -131,7 +131,19 @@ class PendingPodWatch:
         """Watch until the deadline; the number of provisioner invocations."""
         self._list()
         self._observe()
-        while (stream := self._open()) is not None:
+        while not self.over:
+            try:
+                stream = self._open()
+            except KubernetesError as error:
+                if not error.transient:
+                    raise
+                # A blip: try again in a second, as the next turn would; pods already seen still batch.
+                logger.warning("watching pending pods failed; retrying", extra={"error": str(error)})
+                self._plane.clock.sleep(self._plane.settings.watcher_poll_interval_seconds)
+                self._observe()
+                continue
+            if stream is None:
+                break
             self._consume(stream)
         return self.invocations
 
@@ -205,7 +217,12 @@ class PendingPodWatch:
                 stream.close()
                 self._stream = None
         if self._stream is None:
-            self._stream = self._open()
+            try:
+                self._stream = self._open()
+            except KubernetesError as error:
+                if not error.transient:
+                    raise
+                logger.warning("watching pending pods failed; retrying", extra={"error": str(error)})
         self._observe()
         return self.invocations
 
