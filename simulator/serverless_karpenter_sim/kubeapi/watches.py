@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 _SETTLE_POLL_SECONDS = 0.02
 _ENDED_KEPT = 256
+_ENDED_KEPT_FOR = timedelta(minutes=1)
 
 
 @dataclass
@@ -33,6 +34,7 @@ class WatchStream:
     cursor: int = 0  # every event up to this resourceVersion has been considered
     checked: datetime | None = None  # the virtual time at which it last looked at its deadline
     done: bool = False  # ended (timed out, errored, or cut): the terminating chunk is written
+    ended_at: datetime | None = None  # virtual time
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,8 @@ class WatchRegistry:
         self._store = store
         self._lock = threading.Condition()
         self._open: dict[str, WatchStream] = {}
-        # Ended streams stay listed until the next settle has reported them, so a client learns that its
-        # stream ended.
+        # Ended streams stay listed for a virtual minute, so a client learns that its stream ended even if
+        # its next turn comes late or fails.
         self._ended: dict[str, WatchStream] = {}
 
     def open(self, audit_id: str, user: str, resource: str) -> WatchStream:
@@ -65,8 +67,10 @@ class WatchRegistry:
             self._lock.notify_all()
 
     def close(self, stream: WatchStream) -> None:
+        ended_at = self._store.clock.now()
         with self._lock:
             stream.done = True
+            stream.ended_at = ended_at
             self._open.pop(stream.audit_id, None)
             self._ended[stream.audit_id] = stream
             while len(self._ended) > _ENDED_KEPT:  # nobody settles (a test's own watches): forget the oldest
@@ -92,8 +96,9 @@ class WatchRegistry:
                     if not s.done and (s.cursor < resource_version or s.checked is None or s.checked < now)
                 ]
                 if not behind:
-                    for s in streams:
-                        self._ended.pop(s.audit_id, None)
+                    for s in list(self._ended.values()):
+                        if s.ended_at is not None and now - s.ended_at > _ENDED_KEPT_FOR:
+                            del self._ended[s.audit_id]
                     return {s.audit_id: WatchProgress(s.lines, s.done) for s in streams}
                 remaining = give_up - time.monotonic()
                 if remaining <= 0:

@@ -106,7 +106,9 @@ class WatchStream:
         with contextlib.suppress(Exception):
             self._response.shutdown()  # unblocks a read in progress (urllib3 >= 2.3)
         with contextlib.suppress(Exception):
-            self._response.release_conn()
+            # Closes the connection too, unless the stream's end already returned it to the pool: one
+            # with the rest of a stream unread must never serve another request.
+            self._response.close()
 
 
 class EvictionResult:
