@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks import consolidation, soak, solver
+from benchmarks import consolidation, soak, solver, watcher_requests
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,6 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     solver.register(subparsers)
     soak.register(subparsers)
     consolidation.register(subparsers)
+    watcher_requests.register(subparsers)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

@@ -9,7 +9,7 @@ reproducible), dealt from a shuffled deck of the catalogue so that every kind co
 comes up twice. The invariants (``serverless_karpenter_sim.invariants``) are checked every virtual minute
 and at the end; the longest pending time is sampled every tick.
 
-To fit hours in minutes of wall time the loop ticks every ``--tick`` virtual seconds (the watcher polls
+To fit hours in minutes of wall time the loop ticks every ``--tick`` virtual seconds (the watcher takes a turn
 at the same pace); the kubelet delays stay as in the default schedule. The control plane's Kubernetes
 client times out after 2 s (unless ``KUBERNETES_*_TIMEOUT_SECONDS`` say otherwise), so that a request
 the API server holds (a ``timeout`` fault) costs 2 s of wall time, not 30.

@@ -59,7 +59,9 @@ class Schedule:
     """How often the simulator's loop emulates each trigger the stack wires up."""
 
     tick_seconds: float = 1.0
-    watcher_every: float = 1.0  # one poll per virtual second, as the watcher's loop does
+    # A turn of the watcher's watch every virtual second, when its loop wakes the batcher while pods are
+    # pending. A turn after the last invocation's watch ended starts the next invocation (its LIST).
+    watcher_every: float = 1.0
     provisioner_every: float = 60.0  # the EventBridge schedule
     termination_every: float = 5.0  # delayed termination-work messages while drains are under way
     # The disruption function loops within its invocation, a pass every 10 s or sooner when something
@@ -409,6 +411,18 @@ class Simulation:
             self.note(f"{name} failed: {type(error).__name__}")
             return None
 
+    def function_user(self, name: str) -> str:
+        """What the API server's users of function ``name`` have in their name: its role's name (EKS maps
+        the assumed role to the username)."""
+        return self.stack.function_roles[name].rsplit("/", 1)[-1]
+
+    def watch_progress(self, name: str) -> dict[str, list[int | bool]]:
+        """Once the API server has written what it has to on function ``name``'s watches, how many lines
+        each has written, and whether it has ended: the function reads exactly those in its turn, so a turn
+        sees the same events whatever the threads' timing (``kubeapi/watches.py``)."""
+        progress = self.kube_server.watches.settle(self.function_user(name))
+        return {audit_id: [p.lines, p.done] for audit_id, p in progress.items()}
+
     def _due(self, name: str, every: float) -> bool:
         last = self._last_run.get(name)
         if last is None or self.elapsed - last >= every - 1e-9:
@@ -471,7 +485,7 @@ class Simulation:
         self.scheduler.step(now)
         self._deliver_interruptions()
         if self._due("watcher", self.schedule.watcher_every):
-            self._invoke("watcher", {"pollSeconds": 0})
+            self._invoke("watcher", {"watchProgress": self.watch_progress("watcher")})
         if self._due("provisioner", self.schedule.provisioner_every):
             self._invoke("provisioner", {"source": "aws.scheduler"})
         if self._due("termination", self.schedule.termination_every):

@@ -133,6 +133,16 @@ def module_permissions(tree: ast.Module, apis: dict[str, str]) -> set[tuple[str,
             for arg in call.args:
                 if constants and isinstance(arg, ast.Attribute):
                     named[id(arg)] = constants
+    # A list method called with watch=True is a watch (the pending pods' watch in the watcher).
+    watched = {
+        id(call.func)
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call)
+        and any(
+            k.arg == "watch" and isinstance(k.value, ast.Constant) and k.value.value is True
+            for k in call.keywords
+        )
+    }
     needed: set[tuple[str, str, str]] = set()
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)):
@@ -151,6 +161,9 @@ def module_permissions(tree: ast.Module, apis: dict[str, str]) -> set[tuple[str,
             assert api_class in API_GROUPS, f"unmapped API class {api_class}"
             mapped = client_resource(node.attr)
             assert mapped, f"unmapped client method {node.attr}"
+            if id(node) in watched:
+                assert mapped[1] == "list", f"watch=True on {node.attr}"
+                mapped = (mapped[0], "watch")
             needed.add((API_GROUPS[api_class], *mapped))
     return needed
 
@@ -174,6 +187,7 @@ def test_cluster_role_covers_every_call_the_gateway_makes() -> None:
     needed = gateway_permissions()
     assert ("", "pods/eviction", "create") in needed  # the scan sees through _call(self.core.<method>, ...)
     assert ("karpenter.k8s.aws", "ec2nodeclasses/status", "patch") in needed  # and into nodeclass_status.py
+    assert ("", "pods", "watch") in needed  # list_pod_for_all_namespaces(watch=True, ...)
     assert needed <= granted(), sorted(needed - granted())
 
 

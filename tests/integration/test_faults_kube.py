@@ -2,9 +2,9 @@
 plane's requests only, while it provisions, registers and drains. Every armed fault fires, and the
 invariants hold after every step and at the end.
 
-The control plane never opens a watch (the watcher polls with lists), so a list cut mid-way is its
-"watch or list that drops"; a watch stream cut mid-way is covered by the API server's own test,
-tests/integration/test_kubeapi_faults.py::test_drop_cuts_a_watch_stream."""
+The watcher lists the pending pods once an invocation and then watches them: its watch request failing
+(500) or its stream cut (drop) is retried from the last resourceVersion within the invocation; lists cut
+mid-way hit the other functions' lists too."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ def test_kubernetes_api_faults_converge_without_violations(tmp_path: Path) -> No
             {"fault": {"kube": {"verb": "list", "resource": "pods", "status": "drop"}, "times": 2}},
             {"fault": {"kube": {"verb": "patch", "resource": "nodes", "status": 409}, "times": 2}},
             {"fault": {"kube": {"verb": "list", "resource": "nodes", "status": 503}, "times": 2}},
+            {"fault": {"kube": {"verb": "watch", "resource": "pods", "status": 500}, "times": 1}},
+            {"fault": {"kube": {"verb": "watch", "resource": "pods", "status": "drop"}, "times": 1}},
             {"wait": "240s"},
             {"fault": {"kube": {"verb": "create", "resource": "pods/eviction", "status": 500}, "times": 2}},
             # Held past the control plane's read timeout: its client gives up, as on a stuck API server.

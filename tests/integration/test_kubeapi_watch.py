@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
+from serverless_karpenter.adapters.kubernetes import KubernetesGateway, WatchEvent, WatchExpired, WatchStream
 from serverless_karpenter.clock import ManualClock
 from serverless_karpenter_sim.kubeapi import KubeApiServer
 
@@ -238,3 +239,106 @@ def test_watch_ends_when_the_server_stops() -> None:
     server.stop()
     assert finished.wait(3)
     api.close()
+
+
+# --- bookmarks, the window per resource, timeoutSeconds: through the control plane's watch adapter ----------
+
+
+def pending_pod(name: str) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
+    }
+
+
+def gateway(kube: Kube) -> KubernetesGateway:
+    return KubernetesGateway(kube.api, kube.clock)
+
+
+def until_bookmark(stream: WatchStream) -> WatchEvent:
+    while (event := stream.next()) is not None:
+        if event.type == "BOOKMARK":
+            return event
+    raise AssertionError("the watch ended without a bookmark")
+
+
+def test_bookmark_two_seconds_before_the_watch_ends(kube: Kube) -> None:
+    _, version = gateway(kube).list_pending_pods_at()
+    stream = gateway(kube).watch_pending_pods(version, timeout_seconds=30)
+    kube.core.create_namespaced_config_map("default", config_map("unrelated"))  # moves the resourceVersion
+    threading.Timer(0.1, lambda: kube.clock.advance(28)).start()
+    bookmark = until_bookmark(stream)
+    # Only the resourceVersion, and the current one: every event up to it has been sent.
+    assert bookmark.object["kind"] == "Pod" and bookmark.object["apiVersion"] == "v1"
+    assert bookmark.resource_version == str(kube.server.store.resource_version)
+    assert int(bookmark.resource_version) > int(version)
+    assert set(bookmark.object["metadata"]) == {"resourceVersion", "creationTimestamp"}
+    kube.clock.advance(2)
+    assert stream.next() is None  # and then timeoutSeconds ends it
+    assert stream.audit_id
+
+
+def test_bookmark_about_every_minute(kube: Kube) -> None:
+    _, version = gateway(kube).list_pending_pods_at()
+    stream = gateway(kube).watch_pending_pods(version, timeout_seconds=600)
+    versions = []
+    for _ in range(2):
+        kube.core.create_namespaced_config_map("default", config_map(f"cm{len(versions)}"))
+        threading.Timer(0.1, lambda: kube.clock.advance(60)).start()
+        versions.append(int(until_bookmark(stream).resource_version))
+    stream.close()
+    assert versions[0] < versions[1] == kube.server.store.resource_version
+
+
+def test_no_bookmark_unless_asked(kube: Kube) -> None:
+    w = watch.Watch()
+    threading.Timer(0.2, lambda: kube.clock.advance(28)).start()  # past when a bookmark would be due
+    threading.Timer(0.6, lambda: kube.clock.advance(2)).start()
+    types = [e["type"] for e in w.stream(kube.core.list_namespaced_config_map, "default", timeout_seconds=30)]
+    assert types == []  # ended by its timeout, in virtual time, with nothing to say
+
+
+def test_the_window_is_per_resource(kube: Kube) -> None:
+    """Churn of one resource (here config maps; Events and Nodes in a cluster) does not age a watch on
+    another, as kube-apiserver's watch cache is per resource; past its own window a watch is 410 Gone."""
+    kube.core.create_namespaced_pod("default", pending_pod("p"))
+    _, version = gateway(kube).list_pending_pods_at()
+    kube.core.create_namespaced_config_map("default", config_map("c"))
+    for i in range(60):  # more than the 32 events of history this server keeps, of config maps
+        kube.core.patch_namespaced_config_map("c", "default", {"data": {"v": str(i)}})
+    stream = gateway(kube).watch_pending_pods(version, timeout_seconds=5)
+    kube.core.delete_namespaced_pod("p", "default", grace_period_seconds=0)
+    event = stream.next()
+    stream.close()
+    assert event is not None and (event.type, event.object["metadata"]["name"]) == ("DELETED", "p")
+
+    for i in range(60):  # and now of pods
+        kube.core.create_namespaced_pod("default", pending_pod(f"q{i}"))
+    with pytest.raises(WatchExpired, match="too old resource version"):
+        gateway(kube).watch_pending_pods(version, timeout_seconds=5).next()
+
+
+def test_field_selector_watch_adds_and_deletes_as_pods_enter_and_leave_it(kube: Kube) -> None:
+    kube.core.create_namespaced_pod("default", pending_pod("a"))
+    pods, version = gateway(kube).list_pending_pods_at()
+    assert [p["metadata"]["name"] for p in pods] == ["a"]
+    stream = gateway(kube).watch_pending_pods(version, timeout_seconds=5)
+    kube.core.create_namespaced_pod("default", pending_pod("b"))
+    kube.core.patch_namespaced_pod_status("a", "default", {"status": {"phase": "Running"}})
+    seen = [(e.type, e.object["metadata"]["name"]) for e in (stream.next(), stream.next()) if e]
+    stream.close()
+    assert seen == [("ADDED", "b"), ("DELETED", "a")]
+    assert stream.lines_read == 2
+
+
+def test_watch_request_answered_410(kube: Kube) -> None:
+    _, version = gateway(kube).list_pending_pods_at()
+    kube.server.faults.add(
+        verb="watch", resource="pods", status=410, message="too old resource version: 1 (2)"
+    )
+    with pytest.raises(WatchExpired):
+        gateway(kube).watch_pending_pods(version, timeout_seconds=5)

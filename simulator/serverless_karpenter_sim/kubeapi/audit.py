@@ -1,4 +1,5 @@
-"""What the simulator checks its invariants against: evictions and PodDisruptionBudget violations.
+"""What the simulator checks its invariants against: evictions and PodDisruptionBudget violations, and the
+requests each user sends (kube-apiserver's audit log, counted), to measure a client's load on the server.
 
 Not a client API; the simulator reads ``server.audit`` in-process.
 """
@@ -41,15 +42,27 @@ class Audit:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.request_count: Counter[str] = Counter()
+        # (user, verb, resource): who loads the server with what, as an audit log's records would say.
+        self.requests_by_user: Counter[tuple[str, str, str]] = Counter()
         self.evictions_allowed = 0
         self.evictions_refused = 0  # 429s from a budget, and 500s for a pod under several budgets
         self.pdb_violations = 0
         self.violations: list[BudgetViolation] = []
         self.evictions: list[EvictionRecord] = []
 
-    def count_request(self, verb: str) -> None:
+    def count_request(self, verb: str, user: str = "", resource: str = "") -> None:
         with self._lock:
             self.request_count[verb] += 1
+            self.requests_by_user[(user, verb, resource)] += 1
+
+    def requests_of(self, user_contains: str) -> Counter[tuple[str, str]]:
+        """(verb, resource) counts of the users whose name contains ``user_contains``."""
+        with self._lock:
+            out: Counter[tuple[str, str]] = Counter()
+            for (user, verb, resource), count in self.requests_by_user.items():
+                if user_contains in user:
+                    out[(verb, resource)] += count
+            return out
 
     def record_eviction(self, record: EvictionRecord) -> None:
         with self._lock:
@@ -67,6 +80,7 @@ class Audit:
     def reset(self) -> None:
         with self._lock:
             self.request_count.clear()
+            self.requests_by_user.clear()
             self.evictions_allowed = self.evictions_refused = self.pdb_violations = 0
             self.violations.clear()
             self.evictions.clear()

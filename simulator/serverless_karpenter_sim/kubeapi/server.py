@@ -30,9 +30,10 @@ import socket
 import ssl
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -49,10 +50,14 @@ from .faults import FaultInjector, FaultRule
 from .kinds import Kind
 from .rbac import SUPERUSER_GROUP
 from .store import Page, Query, Result, Store, render
+from .watches import WatchRegistry
 
 log = logging.getLogger(__name__)
 
 DEFAULT_WATCH_TIMEOUT_SECONDS = 1800
+# kube-apiserver's watch cache: a bookmark about every minute, and one 2 s before a watch's deadline.
+BOOKMARK_FREQUENCY = timedelta(minutes=1)
+BOOKMARK_BEFORE_DEADLINE = timedelta(seconds=2)
 _PHRASES = {status.value: status.phrase for status in HTTPStatus}
 _WATCH_POLL_SECONDS = 0.1
 _HOLD_POLL_SECONDS = 0.05  # how often a held "timeout" request looks for its client hanging up
@@ -158,6 +163,23 @@ def _list_response(kind: Kind, page: Page) -> _Response:
 
 def _watch_line(event_type: str, result: Result) -> bytes:
     return b'{"type":"' + event_type.encode() + b'","object":' + render(result) + b"}\n"
+
+
+def _bookmark_line(kind: Kind, resource_version: int) -> bytes:
+    """A BOOKMARK: an object of the watched kind with only its resourceVersion, as kube-apiserver sends."""
+    obj = {
+        "kind": kind.kind,
+        "apiVersion": kind.api_version,
+        "metadata": {"resourceVersion": str(resource_version), "creationTimestamp": None},
+    }
+    return b'{"type":"BOOKMARK","object":' + codec.dumps(obj) + b"}\n"
+
+
+def _next_bookmark(now: datetime, deadline: datetime) -> datetime | None:
+    """When a watch sends its next bookmark: a minute on, or 2 s before its deadline if that is sooner;
+    none when that is already past (the cacheWatcher's nextBookmarkTime)."""
+    due = min(now + BOOKMARK_FREQUENCY, deadline - BOOKMARK_BEFORE_DEADLINE)
+    return due if due > now else None
 
 
 def _injected_error(rule: FaultRule, route: _Route) -> ApiError:
@@ -326,7 +348,7 @@ class _Handler(BaseHTTPRequestHandler):
                 namespace=route.namespace or "",
                 name=route.name or "",
             )
-            api.audit.count_request(verb)
+            api.audit.count_request(verb, user.name, route.resource)
             rule = api.faults.take(verb, route.resource, route.namespace, route.name)
             if rule is not None and rule.status == "timeout":
                 if self._hold(rule.delay_seconds):
@@ -339,7 +361,7 @@ class _Handler(BaseHTTPRequestHandler):
             drop = rule is not None
             if verb == "watch":
                 assert route.kind is not None
-                self._serve_watch(route.kind, route.namespace, params, drop=drop)
+                self._serve_watch(route.kind, route.namespace, params, user.name, drop=drop)
                 return
             # Custom resources are pruned and validated against their CRD by the store (crd_schema, under
             # _handle_with_warnings); built-in kinds against their published OpenAPI schema here.
@@ -493,17 +515,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def _serve_watch(
-        self, kind: Kind, namespace: str | None, params: Mapping[str, str], *, drop: bool
+        self, kind: Kind, namespace: str | None, params: Mapping[str, str], user: str, *, drop: bool
     ) -> None:
         api = self.server.api
         store = api.store
         query = self._query(kind, namespace, params)
         timeout_param = params.get("timeoutSeconds", "")
         timeout = int(timeout_param) if timeout_param.isdigit() else DEFAULT_WATCH_TIMEOUT_SECONDS
-        head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        audit_id = str(uuid.uuid4())
+        head = (
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            f"Audit-Id: {audit_id}\r\n\r\n"
+        )
         encode = _watch_line
-        if kubectl_support.wants_table(self.headers):  # `kubectl get -w`: each object as a Table row
+        table = kubectl_support.wants_table(self.headers)
+        if table:  # `kubectl get -w`: each object as a Table row
             encode = kubectl_support.TableWatchEncoder(kind, api.clock, params).line
+        bookmarks = params.get("allowWatchBookmarks") in ("true", "1") and not table
+        stream = api.watches.open(audit_id, user, kind.plural)
         try:
             try:
                 initial, cursor = store.watch_start(query, params.get("resourceVersion"))
@@ -513,6 +542,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(head.encode())
                 self._chunk(_watch_line("ERROR", err.status()))
                 self.wfile.write(b"0\r\n\r\n")
+                api.watches.sent(stream, 1, cursor=store.resource_version, checked=api.clock.now())
                 return
             self.wfile.write(head.encode())
             if drop:
@@ -522,25 +552,43 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if initial:
                 self._chunk(b"".join(encode(t, r) for t, r in initial))
+            api.watches.sent(stream, len(initial), cursor=cursor, checked=None)
             wall_deadline = time.monotonic() + timeout
             virtual_deadline = api.clock.now() + timedelta(seconds=timeout)
+            next_bookmark = _next_bookmark(api.clock.now(), virtual_deadline) if bookmarks else None
             while not store.closed:
+                pokes = store.pokes
                 remaining = wall_deadline - time.monotonic()
-                if remaining <= 0 or api.clock.now() >= virtual_deadline:
+                now = api.clock.now()
+                if remaining <= 0 or now >= virtual_deadline:
                     break
                 try:
-                    events, cursor = store.watch_next(query, cursor, min(remaining, _WATCH_POLL_SECONDS))
+                    events, cursor = store.watch_next(
+                        query, cursor, min(remaining, _WATCH_POLL_SECONDS), pokes
+                    )
                 except ApiError as err:
                     self._chunk(_watch_line("ERROR", err.status()))
+                    api.watches.sent(stream, 1, cursor=cursor, checked=now)
                     break
-                if events:
-                    self._chunk(b"".join(encode(t, r) for t, r in events))
+                lines = len(events)
+                data = b"".join(encode(t, r) for t, r in events)
+                if next_bookmark is not None and now >= next_bookmark:
+                    # After the events: every event up to ``cursor`` has been sent (kube-apiserver's watch
+                    # cache sends one about every minute, and one 2 s before the watch's deadline).
+                    data += _bookmark_line(kind, cursor)
+                    lines += 1
+                    next_bookmark = _next_bookmark(now, virtual_deadline)
+                if data:
+                    self._chunk(data)
                 elif self._client_gone():
                     self.close_connection = True
                     return
+                api.watches.sent(stream, lines, cursor=cursor, checked=now)
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             self.close_connection = True
+        finally:
+            api.watches.close(stream)
 
     def _hold(self, seconds: float) -> bool:
         """Answer nothing for ``seconds``; True when the client hung up first (its read timeout fired)."""
@@ -604,6 +652,7 @@ class KubeApiServer:
         )
         self.authority = tls.local_authority()
         self.access = AccessControl(self.store)
+        self.watches = WatchRegistry(self.store)
         self.url = ""
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None

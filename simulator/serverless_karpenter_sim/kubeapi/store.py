@@ -5,7 +5,8 @@ unchanged subtrees), so readers may serialize an :class:`Entry` after releasing 
 caches its JSON.
 
 Semantics kept from upstream (see the module docs of ``server`` for the HTTP side):
-- one global resourceVersion counter; a bounded watch history, 410 Expired when a watch starts before it;
+- one global resourceVersion counter; a bounded watch history per resource (kube-apiserver keeps a watch
+  cache per resource), 410 Expired when a watch starts, or falls, before its resource's window;
 - ``generation`` bumps when anything outside metadata/status changes (and on graceful deletion);
 - a no-op update writes nothing and sends no watch event;
 - finalizers hold a deleted object with ``deletionTimestamp`` until they are emptied; no new finalizer
@@ -172,12 +173,15 @@ class Store:
         self.changed = threading.Condition(self.lock)
         self._undo: list[tuple[str, Key, Entry | None]] | None = None  # set while a dry run is in progress
         self.closed = False
+        self.pokes = 0  # bumped by poke(): a waiting watch looks at the clock again
         self._rv = 0
         self._objects: dict[str, dict[Key, Entry]] = defaultdict(dict)
         self._sorted: dict[str, list[Key]] = {}
-        self._history: list[WatchEvent] = []
+        # Per resource, as kube-apiserver's watch cache: churn of Events or Nodes does not age a pod watch.
+        self._history: dict[str, list[WatchEvent]] = defaultdict(list)
         self._history_limit = max(16, watch_history)
-        self._history_floor = 0  # the newest resourceVersion whose event was dropped from history
+        # Per resource, the newest resourceVersion whose event was dropped from its history.
+        self._history_floor: dict[str, int] = defaultdict(int)
         self._continuations: OrderedDict[int, tuple[int, list[Entry]]] = OrderedDict()
         self._next_continuation = 0
         self._event_ttl = timedelta(seconds=event_ttl_seconds)
@@ -196,6 +200,12 @@ class Store:
     def close(self) -> None:
         with self.lock:
             self.closed = True
+            self.changed.notify_all()
+
+    def poke(self) -> None:
+        """Wake every waiting watch, to look at the clock (and its deadline) again."""
+        with self.lock:
+            self.pokes += 1
             self.changed.notify_all()
 
     def _now(self) -> str:
@@ -247,11 +257,12 @@ class Store:
             if key not in objects:
                 self._sorted.pop(kind.resource_id, None)
             objects[key] = entry
-        self._history.append(WatchEvent(self._rv, kind.resource_id, key[0], event, entry, previous))
-        if self._undo is None and len(self._history) > self._history_limit + self._history_limit // 4:
-            dropped = len(self._history) - self._history_limit
-            self._history_floor = self._history[dropped - 1].rv
-            del self._history[:dropped]
+        history = self._history[kind.resource_id]
+        history.append(WatchEvent(self._rv, kind.resource_id, key[0], event, entry, previous))
+        if self._undo is None and len(history) > self._history_limit + self._history_limit // 4:
+            dropped = len(history) - self._history_limit
+            self._history_floor[kind.resource_id] = history[dropped - 1].rv
+            del history[:dropped]
         self.changed.notify_all()
         return entry
 
@@ -261,7 +272,7 @@ class Store:
             if self._undo is not None:
                 return operation()
             self._undo = []
-            rv, history_length = self._rv, len(self._history)
+            rv = self._rv
             try:
                 return operation()
             finally:
@@ -271,7 +282,9 @@ class Store:
                     else:
                         self._objects[resource_id][key] = previous
                     self._sorted.pop(resource_id, None)
-                del self._history[history_length:]
+                for resource_id in {resource_id for resource_id, _, _ in self._undo}:
+                    history = self._history[resource_id]
+                    del history[bisect.bisect_right(history, rv, key=lambda ev: ev.rv) :]
                 self._rv = rv
                 self._undo = None
 
@@ -931,23 +944,29 @@ class Store:
                 return initial, self._rv
             cursor = _int_param(resource_version, "resourceVersion")
             assert cursor is not None
-            if cursor < self._history_floor:
-                raise gone(f"too old resource version: {cursor} ({self._history_floor + 1})")
+            self._check_window(query.kind.resource_id, cursor)
             return [], cursor
 
-    def watch_next(self, query: Query, cursor: int, wait: float) -> tuple[list[tuple[str, Result]], int]:
-        """Events after ``cursor`` that the query sees, waiting up to ``wait`` seconds for the first."""
+    def _check_window(self, resource_id: str, cursor: int) -> None:
+        floor = self._history_floor[resource_id]
+        if cursor < floor:
+            # kube-apiserver's words, which clients (client-go's reflector) match to relist.
+            raise gone(f"too old resource version: {cursor} ({floor + 1})")
+
+    def watch_next(
+        self, query: Query, cursor: int, wait: float, pokes: int | None = None
+    ) -> tuple[list[tuple[str, Result]], int]:
+        """Events after ``cursor`` that the query sees, waiting up to ``wait`` seconds for the first, or
+        for a :meth:`poke` after ``pokes`` (the count the caller last looked at the clock at)."""
         with self.lock:
-            if self._rv <= cursor and not self.closed:
+            if self._rv <= cursor and not self.closed and (pokes is None or pokes == self.pokes):
                 self.changed.wait(wait)
-            if cursor < self._history_floor:
-                raise gone(f"too old resource version: {cursor} ({self._history_floor + 1})")
-            start = bisect.bisect_right(self._history, cursor, key=lambda ev: ev.rv)
-            out: list[tuple[str, Result]] = []
             resource_id = query.kind.resource_id
-            for event in self._history[start:]:
-                if event.resource_id != resource_id:
-                    continue
+            self._check_window(resource_id, cursor)
+            history = self._history[resource_id]
+            start = bisect.bisect_right(history, cursor, key=lambda ev: ev.rv)
+            out: list[tuple[str, Result]] = []
+            for event in history[start:]:
                 if query.namespace is not None and event.namespace != query.namespace:
                     continue
                 now_in = query.admits(event.entry.obj)

@@ -40,7 +40,8 @@ class Settings(BaseSettings):
     # Batching of pending pods, as Karpenter's batchIdleDuration / batchMaxDuration.
     batch_idle_seconds: float = 1.0
     batch_max_seconds: float = 10.0
-    # How long one watcher invocation keeps polling; the schedule starts one every minute.
+    # How long one watcher invocation watches the pending pods; the schedule starts one every minute.
+    # While pods are pending, its loop wakes the batcher every watcher_poll_interval_seconds.
     watcher_poll_seconds: float = 55.0
     watcher_poll_interval_seconds: float = 1.0
 

@@ -5,7 +5,8 @@ same shapes a user writes, and we skip the client's slow model deserialisation o
 
 Every request has a connect and a read timeout (``KUBERNETES_CONNECT_TIMEOUT_SECONDS``, default 5, and
 ``KUBERNETES_READ_TIMEOUT_SECONDS``, default 30): a Lambda must fail a call to a stuck API server, and
-retry on its next invocation, rather than hang until Lambda kills it mid-step.
+retry on its next invocation, rather than hang until Lambda kills it mid-step. A watch asks the server to
+end it after ``timeoutSeconds`` and reads for that long plus the connect timeout.
 """
 
 from __future__ import annotations
@@ -15,15 +16,19 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from serverless_karpenter.clock import Clock, to_rfc3339
 
 JSON = dict[str, Any]
 PAGE_SIZE = 500
+# Unbound pods not yet running or done: what the watcher lists and watches (bound pods never come back).
+PENDING_PODS = "spec.nodeName=,status.phase=Pending"
 
 KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_AWS_GROUP = "karpenter.k8s.aws"
@@ -44,6 +49,66 @@ class KubernetesError(Exception):
     @property
     def transient(self) -> bool:
         return self.status is None or self.status >= 500 or self.status == 429
+
+
+class WatchExpired(KubernetesError):
+    """410 Gone: the resourceVersion is older than the server's watch window; list again."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 410)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED | MODIFIED | DELETED | BOOKMARK
+    object: JSON
+
+    @property
+    def resource_version(self) -> str:
+        return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class WatchStream:
+    """One watch request's events, read one at a time as the server writes them.
+
+    ``audit_id`` is the ``Audit-Id`` kube-apiserver puts on every response; ``lines_read`` counts the
+    events read (bookmarks included), which lets the simulation's driver hand a turn exactly what the
+    server has written (``PendingPodWatch.step``)."""
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self.audit_id = str(response.headers.get("Audit-Id") or "")
+        self.lines_read = 0
+        self._lines = iter_resp_lines(response)
+
+    def next(self) -> WatchEvent | None:
+        """The next event; None once the server has ended the watch. An ERROR event raises (410 as
+        :class:`WatchExpired`)."""
+        try:
+            line = next(self._lines, None)
+        except Exception as error:  # the connection cut or timed out mid-stream
+            raise KubernetesError(f"watch: {type(error).__name__}: {error}") from error
+        if line is None:
+            return None
+        self.lines_read += 1
+        event = json.loads(line)
+        obj = event.get("object") or {}
+        if event.get("type") == "ERROR":
+            code = obj.get("code")
+            message = f"watch: {code} {obj.get('reason')}: {obj.get('message')}"
+            if code == 410:
+                raise WatchExpired(message)
+            raise KubernetesError(message, code if isinstance(code, int) else None)
+        return WatchEvent(str(event.get("type")), obj)
+
+    def close(self) -> None:
+        """Stop reading, also from another thread blocked in :meth:`next`."""
+        with contextlib.suppress(Exception):
+            self._response.shutdown()  # unblocks a read in progress (urllib3 >= 2.3)
+        with contextlib.suppress(Exception):
+            # Closes the connection too, unless the stream's end already returned it to the pool: one
+            # with the rest of a stream unread must never serve another request.
+            self._response.close()
 
 
 class EvictionResult:
@@ -120,7 +185,7 @@ class KubernetesGateway:
 
     # -- listing -------------------------------------------------------------------------------------
 
-    def _paginate(self, fn: Callable[..., Any], **kwargs: Any) -> Iterator[JSON]:
+    def _pages(self, fn: Callable[..., Any], **kwargs: Any) -> Iterator[JSON]:
         token: str | None = None
         while True:
             page = (
@@ -131,14 +196,29 @@ class KubernetesGateway:
             # The API server leaves apiVersion and kind off the items of built-in lists; the pure core
             # and Events (kubectl describe finds them by involvedObject.kind) want whole objects.
             list_kind = str(page.get("kind") or "")
-            for item in page.get("items") or []:
-                if list_kind.endswith("List"):
+            if list_kind.endswith("List"):
+                for item in page.get("items") or []:
                     item.setdefault("apiVersion", page.get("apiVersion"))
                     item.setdefault("kind", list_kind[: -len("List")])
-                yield item
+            yield page
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return
+
+    def _paginate(self, fn: Callable[..., Any], **kwargs: Any) -> Iterator[JSON]:
+        for page in self._pages(fn, **kwargs):
+            yield from page.get("items") or []
+
+    def _list_at(self, fn: Callable[..., Any], **kwargs: Any) -> tuple[list[JSON], str]:
+        """Every item, and the list's resourceVersion to watch from (the first page's: the later pages
+        are of its snapshot)."""
+        items: list[JSON] = []
+        version: str | None = None
+        for page in self._pages(fn, **kwargs):
+            if version is None:
+                version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+            items.extend(page.get("items") or [])
+        return items, version or ""
 
     def list_pods(self, field_selector: str | None = None, label_selector: str | None = None) -> list[JSON]:
         kwargs: dict[str, Any] = {}
@@ -150,7 +230,38 @@ class KubernetesGateway:
 
     def list_pending_pods(self) -> list[JSON]:
         # The field selector keeps the list small: bound pods never come back.
-        return self.list_pods(field_selector="spec.nodeName=,status.phase=Pending")
+        return self.list_pods(field_selector=PENDING_PODS)
+
+    def list_pending_pods_at(self) -> tuple[list[JSON], str]:
+        """The pending pods and the resourceVersion of that list, to watch from."""
+        return self._list_at(self.core.list_pod_for_all_namespaces, field_selector=PENDING_PODS)
+
+    def watch_pending_pods(self, resource_version: str, timeout_seconds: int) -> WatchStream:
+        """Watch the pending pods from ``resource_version`` (ADDED when a pod becomes pending, DELETED
+        when it is bound or gone), with bookmarks; the server ends the watch after ``timeout_seconds``.
+        Raises :class:`WatchExpired` when the version is too old to watch from."""
+        connect, _ = request_timeout()
+        try:
+            response = self.core.list_pod_for_all_namespaces(
+                watch=True,
+                field_selector=PENDING_PODS,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                _preload_content=False,
+                # The server sends nothing while nothing changes: read until it ends the watch, and then
+                # some, but never past the caller's deadline by more than the connect timeout.
+                _request_timeout=(connect, timeout_seconds + connect),
+            )
+        except ApiException as error:
+            if error.status == 410:
+                raise WatchExpired(f"410 {error.reason}: {error.body!r:.300}") from error
+            raise KubernetesError(
+                f"{error.status} {error.reason}: {error.body!r:.300}", error.status
+            ) from error
+        except Exception as error:  # urllib3 connection errors, timeouts
+            raise KubernetesError(f"{type(error).__name__}: {error}") from error
+        return WatchStream(response)
 
     def list_pods_on_node(self, node_name: str) -> list[JSON]:
         return self.list_pods(field_selector=f"spec.nodeName={node_name}")
