@@ -1,0 +1,394 @@
+"""Whether a placement is one the scheduler's own predicates accept: the check a later stage (the cost
+solver) must pass before its NodeClaims replace the scheduler's.
+
+A placement is replayed pod by pod in the order the scheduler placed the pods (``SchedulingResult.order``),
+on a fresh :class:`~.scheduler.Scheduler` over the same NodePools and existing capacity, so the topology
+counts start from the pods already bound and grow as the replay records each pod where the placement put
+it. Each pod is checked on its node with the scheduler's checks, under the constraints the scheduler placed
+it with: its preferences count as required unless the scheduler relaxed them (``SchedulingResult.states``,
+the scheduler's own, their topology groups copied without counts into the replay's topology):
+
+- taints (``taints.untolerated``), host ports (``hostports.conflict``) and node requirements
+  (``Requirements.is_compatible``, then every instance type of the claim against the merged requirements);
+- topology (spread, pod affinity and anti-affinity, both directions) with ``Scheduler._topology`` against
+  the counts so far, a new NodeClaim being the hostname domain of its own placeholder hostname;
+- and, per new NodeClaim, that its pods' requests plus the DaemonSet overhead fit every instance type it
+  carries, and that those types meet the claim's minValues.
+
+Pods on existing capacity are replayed for their topology, taints, ports and labels, not their room (the
+solver never moves them). Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from serverless_karpenter.api import labels as wk
+from serverless_karpenter.scheduling import pods as podlib
+from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.hostports import HostPort, conflict
+from serverless_karpenter.scheduling.hostports import describe as describe_port
+from serverless_karpenter.scheduling.preferences import PodState, prepare
+from serverless_karpenter.scheduling.requirements import Requirement, Requirements
+from serverless_karpenter.scheduling.scheduler import (
+    ExistingCapacity,
+    InstanceTypeLike,
+    NewNodeClaim,
+    NodePoolTemplate,
+    Scheduler,
+    SchedulingResult,
+    instance_type_mismatch,
+)
+from serverless_karpenter.scheduling.taints import untolerated
+from serverless_karpenter.scheduling.topology import Topology, TopologyGroup
+from serverless_karpenter.scheduling.volumes import VolumeIndex
+
+# The hostname a new NodeClaim without one is counted under while replaying (unique per claim index).
+_REPLAY_HOSTNAME = "replay-placeholder-{:05d}"
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    pod: str  # pod key ("" for a NodeClaim-wide problem)
+    node: str  # the existing capacity's name, or "nodeclaim <index>" of ``result.new_nodeclaims``
+    reason: str
+    claim: int | None = None  # the index of the new NodeClaim it is on, if any
+
+    @property
+    def rule(self) -> str:
+        """The rule broken, without the numbers: a topology reason's group, or the kind of check."""
+        return self.reason.split(": ", 1)[0]
+
+
+def pod_states(
+    pods: Sequence[Mapping[str, Any]],
+    placed: Mapping[str, PodState],
+    topology: Topology,
+    *,
+    namespaces: Mapping[str, Mapping[str, str]] | None = None,
+    volumes: VolumeIndex | None = None,
+) -> list[PodState]:
+    """Each pod's constraints as the scheduler placed it, its groups in ``topology``: the scheduler's own
+    state where ``placed`` has it (relaxed as far as the pod needed), else the pod prepared afresh."""
+    fresh: dict[int, TopologyGroup] = {}
+
+    def rebind(groups: Sequence[TopologyGroup], *, inverse: bool = False) -> list[TopologyGroup]:
+        out = []
+        for group in groups:
+            found = fresh.get(id(group))
+            if found is None:
+                copy = TopologyGroup(
+                    kind=group.kind,
+                    key=group.key,
+                    namespaces=group.namespaces,
+                    selector=group.selector,
+                    max_skew=group.max_skew,
+                    min_domains=group.min_domains,
+                    node_filter=group.node_filter,
+                    label=group.label,
+                )
+                found = fresh[id(group)] = topology.intern(copy, inverse=inverse)
+            out.append(found)
+        return out
+
+    states = []
+    for pod in pods:
+        state = placed.get(podlib.key(pod))
+        if state is None:
+            states.append(prepare(pod, topology, namespace_labels=namespaces, volumes=volumes))
+            continue
+        states.append(
+            replace(
+                state,
+                required_affinity=rebind(state.required_affinity),
+                required_anti=rebind(state.required_anti),
+                preferred_affinity=rebind(state.preferred_affinity),
+                preferred_anti=rebind(state.preferred_anti),
+                spreads=rebind(state.spreads),
+                spreads_anyway=rebind(state.spreads_anyway),
+                inverse_owned=rebind(state.inverse_owned, inverse=True),
+                counted_in=[],  # linked again in the replay's topology
+                inverse_selecting=[],
+                _view=None,
+                _signature=None,
+            )
+        )
+    return states
+
+
+def placement_order(result: SchedulingResult, states: Mapping[str, PodState]) -> list[str]:
+    """The scheduler's placement order; for a result that does not carry it, its sort (largest cpu, then
+    memory, first) with relaxed pods after the others, as its queue retries them."""
+    placed = [k for c in result.new_nodeclaims for k in c.pods] + [
+        k for keys in result.existing.values() for k in keys
+    ]
+    known = set(placed)
+    if result.order and known <= set(result.order):
+        return [k for k in result.order if k in known]
+
+    def sort_key(key: str) -> tuple[int, int, int, str]:
+        state = states.get(key)
+        if state is None:
+            return (0, 0, 0, key)
+        return (
+            len(state.relaxed),
+            -state.requests.get(resources.CPU, 0),
+            -state.requests.get(resources.MEMORY, 0),
+            key,
+        )
+
+    return sorted(known, key=sort_key)
+
+
+class Replay:
+    """The scheduler's predicates over whole placements of one set of pods: the pods' constraints (the
+    scheduler's ``states`` where given, see :func:`pod_states`) are bound to the replay's topology once,
+    and each :meth:`violations` call replays a placement on fresh counts. ``self.states`` are those
+    constraints, for the solver to keep."""
+
+    def __init__(
+        self,
+        pods: Sequence[Mapping[str, Any]],
+        templates: Sequence[NodePoolTemplate],
+        existing: Sequence[ExistingCapacity] = (),
+        *,
+        states: Mapping[str, PodState] | None = None,
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        volumes: VolumeIndex | None = None,
+    ) -> None:
+        # Fresh capacity: the scheduler that placed the pods has used up the room of the objects it had.
+        fresh = [replace(c, pods=[], available=dict(c.available)) for c in existing]
+        self.templates = list(templates)
+        self.scheduler = Scheduler(self.templates, fresh, namespaces=namespaces, volumes=volumes)
+        self.states = {
+            s.key: s
+            for s in pod_states(
+                pods, states or {}, self.scheduler.topology, namespaces=namespaces, volumes=volumes
+            )
+        }
+        # ``instance_type_mismatch`` by requirements and type: claims share a few requirement sets.
+        self._mismatch: dict[Requirements, dict[int, str | None]] = {}
+
+    def _reset(self) -> None:
+        topology = self.scheduler.topology
+        for group in (*topology.groups, *topology.inverse_groups):
+            group.counts = dict.fromkeys(group.counts, 0)
+            group.occupied.clear()
+            group.rankings.clear()
+
+    def _first_mismatch(self, requirements: Requirements, types: Sequence[InstanceTypeLike]) -> str | None:
+        """The first of ``types`` that cannot satisfy ``requirements``, and why; None when all can."""
+        known = self._mismatch.setdefault(requirements, {})
+        for it in types:
+            key = id(it)
+            if key in known:
+                mismatch = known[key]
+            else:
+                mismatch = known[key] = instance_type_mismatch(requirements, it)
+            if mismatch is not None:
+                return f"instance type {it.name}: {mismatch}"
+        return None
+
+    def violations(
+        self,
+        result: SchedulingResult,
+        *,
+        claims: Collection[int] | None = None,
+        fixed: Collection[int] = (),
+    ) -> list[Violation]:
+        """What in ``result`` the scheduler's predicates refuse (empty: every placement holds).
+
+        ``claims`` limits the node-local checks (taints, ports, requirements, room) to those new
+        NodeClaims (indexes into ``result.new_nodeclaims``); topology is checked for every pod, since
+        counts are shared. A pod placed twice, or a pod neither placed nor reported unschedulable, is a
+        violation.
+
+        A NodeClaim the scheduler built grew its requirements pod by pod, and a pod counted in a zone
+        only once its claim was narrowed to that zone; the replay grows it again from its NodePool's
+        requirements, so the counts are the scheduler's. The claims in ``fixed`` were decided whole (the
+        solver's; or all, to count every pod where its node will be): their requirements hold from their
+        first pod on."""
+        self._reset()
+        scheduler = self.scheduler
+        topology = scheduler.topology
+        states = self.states
+        out: list[Violation] = []
+        entries = {e.capacity.name: e for e in scheduler._setup(list(states.values()))}
+
+        where: dict[str, int] = {}  # pod key -> index of its new NodeClaim
+        for index, claim in enumerate(result.new_nodeclaims):
+            for key in claim.pods:
+                if key in where:
+                    out.append(
+                        Violation(key, f"nodeclaim {index}", "placement: pod placed more than once", index)
+                    )
+                where[key] = index
+        existing_of: dict[str, str] = {}
+        for name, keys in result.existing.items():
+            for key in keys:
+                if key in where or key in existing_of:
+                    out.append(Violation(key, name, "placement: pod placed more than once"))
+                existing_of[key] = name
+        for key in states:
+            if key not in where and key not in existing_of and key not in result.unschedulable:
+                out.append(Violation(key, "", "placement: pod neither placed nor unschedulable"))
+
+        hostnames: list[str] = []
+        requirements: list[Requirements] = []
+        ports: list[set[HostPort]] = []
+        pools = {t.name: t for t in self.templates}
+        for index, claim in enumerate(result.new_nodeclaims):
+            hostname = claim.hostname or _REPLAY_HOSTNAME.format(index)
+            hostnames.append(hostname)
+            ports.append(set())
+            topology.register_domain(wk.HOSTNAME, hostname, claim.taints)
+            pool = pools.get(claim.nodepool)
+            node = f"nodeclaim {index}"
+            if pool is None:
+                out.append(Violation("", node, f'nodepool: no nodepool "{claim.nodepool}"', index))
+            elif not pool.requirements.is_compatible(claim.requirements):
+                out.append(Violation("", node, "nodepool: requirements outside its nodepool's", index))
+            grows = pool is not None and index not in fixed
+            requirements.append(pool.requirements if grows and pool is not None else claim.requirements)
+        hostname_requirements = [Requirement(wk.HOSTNAME, "In", (h,)) for h in hostnames]
+        checked = set(range(len(result.new_nodeclaims))) if claims is None else set(claims)
+        # Pods of a claim mostly share their requirements: its types are checked once per merged set.
+        type_checks: dict[tuple[int, Requirements], str | None] = {}
+
+        for key in placement_order(result, states):
+            state = states.get(key)
+            if state is None:
+                continue
+            on = existing_of.get(key)
+            if on is not None:
+                entry = entries.get(on)
+                if entry is None:
+                    out.append(Violation(key, on, "placement: no such existing capacity"))
+                    continue
+                reason = _existing_reason(scheduler, entry.domains, entry.capacity, entry.host_ports, state)
+                if reason is not None:
+                    out.append(Violation(key, on, reason))
+                entry.host_ports.update(state.host_ports)
+                scheduler._record(state, entry.domains, entry.capacity.taints, exact=True)
+                continue
+            index = where[key]
+            claim = result.new_nodeclaims[index]
+            node = f"nodeclaim {index}"
+            current = requirements[index]
+            node_requirements = state.node_requirements()
+            merged = current.merged(node_requirements) if current.is_compatible(node_requirements) else None
+            if index in checked:
+                reason = self._claim_reason(claim, ports[index], state, merged, type_checks)
+                if reason is not None:
+                    out.append(Violation(key, node, reason, index))
+            if merged is None:
+                merged = current
+            if state.topology_groups():
+                narrowed = scheduler._topology(state, merged, merged, hostname_requirements[index])
+                if isinstance(narrowed, str):
+                    out.append(Violation(key, node, narrowed, index))
+                elif len(narrowed):
+                    merged = merged.merged(narrowed)
+            requirements[index] = merged
+            ports[index].update(state.host_ports)
+            scheduler._record(state, merged, claim.taints, exact=False, hostname=hostnames[index])
+
+        for index in sorted(checked):
+            if index < len(result.new_nodeclaims):
+                reason = self._room_reason(result.new_nodeclaims[index], requirements[index])
+                if reason is not None:
+                    out.append(Violation("", f"nodeclaim {index}", reason, index))
+        return out
+
+    def _claim_reason(
+        self,
+        claim: NewNodeClaim,
+        used_ports: set[HostPort],
+        state: PodState,
+        merged: Requirements | None,
+        type_checks: dict[tuple[int, Requirements], str | None],
+    ) -> str | None:
+        taint = untolerated(
+            state.tolerations, claim.taints, include_prefer_no_schedule=not state.tolerate_prefer_no_schedule
+        )
+        if taint is not None:
+            return f"taints: did not tolerate {taint}"
+        clash = conflict(state.host_ports, used_ports) if state.host_ports else None
+        if clash is not None:
+            return f"host ports: {describe_port(clash)} is taken on the node"
+        if merged is None:
+            return f"node requirements: {state.node_requirements()} not compatible with the node's"
+        # The claim may launch as any of its types, so each must satisfy the pod (as the scheduler keeps
+        # only the types compatible with every pod's merged requirements).
+        cache_key = (id(claim), merged)
+        if cache_key not in type_checks:
+            mismatch = self._first_mismatch(merged, claim.instance_types)
+            type_checks[cache_key] = None if mismatch is None else f"node requirements: {mismatch}"
+        return type_checks[cache_key]
+
+    def _room_reason(self, claim: NewNodeClaim, requirements: Requirements) -> str | None:
+        if not claim.instance_types:
+            return "resources: no instance type"
+        states = self.states
+        total = resources.merge(
+            claim.daemon_overhead, *(states[k].requests if k in states else {} for k in claim.pods)
+        )
+        for it in claim.instance_types:
+            if not resources.fits(total, it.allocatable):
+                return (
+                    f"resources: requests {resources.format_list(total)} do not fit instance type {it.name}"
+                )
+        mismatch = self._first_mismatch(requirements, claim.instance_types)
+        if mismatch is not None:
+            return f"node requirements: {mismatch}"
+        if requirements.has_min_values():
+            shortfall = requirements.check_min_values(it.labels for it in claim.instance_types)
+            if shortfall is not None:
+                return f"minValues: {shortfall}"
+        return None
+
+
+def violations(
+    result: SchedulingResult,
+    pods: Sequence[Mapping[str, Any]],
+    templates: Sequence[NodePoolTemplate],
+    existing: Sequence[ExistingCapacity] = (),
+    *,
+    namespaces: Mapping[str, Mapping[str, str]] | None = None,
+    volumes: VolumeIndex | None = None,
+    claims: Collection[int] | None = None,
+    fixed: Collection[int] = (),
+) -> list[Violation]:
+    """:meth:`Replay.violations` of one result, its pods constrained as ``result.states`` says."""
+    replay = Replay(pods, templates, existing, states=result.states, namespaces=namespaces, volumes=volumes)
+    return replay.violations(result, claims=claims, fixed=fixed)
+
+
+def _existing_reason(
+    scheduler: Scheduler,
+    domains: Requirements,
+    capacity: ExistingCapacity,
+    used_ports: set[HostPort],
+    state: PodState,
+) -> str | None:
+    taint = untolerated(state.tolerations, capacity.taints, include_prefer_no_schedule=False)
+    if taint is not None:
+        return f"taints: did not tolerate {taint}"
+    clash = conflict(state.host_ports, used_ports) if state.host_ports else None
+    if clash is not None:
+        return f"host ports: {describe_port(clash)} is taken on the node"
+    node_requirements = state.node_requirements()
+    if capacity.requirements is not None:
+        if not capacity.requirements.is_compatible(node_requirements):
+            return "node requirements: not compatible"
+    else:
+        mismatch = node_requirements.matches_labels(domains.single_valued_labels())
+        if mismatch is not None:
+            return f"node requirements: {mismatch}"
+    if state.topology_groups():
+        narrowed = scheduler._topology(state, domains, domains, None)
+        if isinstance(narrowed, str):
+            return narrowed
+    return None
