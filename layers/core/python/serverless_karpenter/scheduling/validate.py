@@ -39,6 +39,7 @@ from serverless_karpenter.scheduling.scheduler import (
     NodePoolTemplate,
     Scheduler,
     SchedulingResult,
+    _zonal_anti_affinity,
     instance_type_mismatch,
 )
 from serverless_karpenter.scheduling.taints import untolerated
@@ -253,6 +254,7 @@ class Replay:
             grows = pool is not None and index not in fixed
             requirements.append(pool.requirements if grows and pool is not None else claim.requirements)
         hostname_requirements = [Requirement(wk.HOSTNAME, "In", (h,)) for h in hostnames]
+        opened: set[int] = set()
         checked = set(range(len(result.new_nodeclaims))) if claims is None else set(claims)
         # Pods of a claim mostly share their requirements: its types are checked once per merged set.
         type_checks: dict[tuple[int, Requirements], str | None] = {}
@@ -291,6 +293,12 @@ class Replay:
                     out.append(Violation(key, node, narrowed, index))
                 elif len(narrowed):
                     merged = merged.merged(narrowed)
+            if index not in opened:
+                opened.add(index)
+                if index not in fixed and _zonal_anti_affinity(state):
+                    # The scheduler commits the claim a pod with its own zonal anti-affinity opens to
+                    # one zone (``_commit_to_zone``): the claim's final one.
+                    merged = merged.add(claim.requirements.get(wk.ZONE))
             requirements[index] = merged
             ports[index].update(state.host_ports)
             scheduler._record(state, merged, claim.taints, exact=False, hostname=hostnames[index])
