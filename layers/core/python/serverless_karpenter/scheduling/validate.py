@@ -21,8 +21,8 @@ solver never moves them). Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from serverless_karpenter.api import labels as wk
@@ -80,16 +80,9 @@ def pod_states(
         for group in groups:
             found = fresh.get(id(group))
             if found is None:
-                copy = TopologyGroup(
-                    kind=group.kind,
-                    key=group.key,
-                    namespaces=group.namespaces,
-                    selector=group.selector,
-                    max_skew=group.max_skew,
-                    min_domains=group.min_domains,
-                    node_filter=group.node_filter,
-                    label=group.label,
-                )
+                # The same group with none of its state: every field with a factory (counts, occupied
+                # and registered domains, cached rankings) starts empty, as in a fresh scheduler.
+                copy = replace(group, **{name: factory() for name, factory in _STATE_FIELDS})
                 found = fresh[id(group)] = topology.intern(copy, inverse=inverse)
             out.append(found)
         return out
@@ -103,15 +96,19 @@ def pod_states(
         # A shallow copy (``dataclasses.replace`` costs 4x as much, and there is one per pod), with its
         # groups swapped for the replay's; which groups count it is linked again in the replay.
         copy = object.__new__(PodState)
-        fields = dict(vars(state))
+        values = dict(vars(state))
         for name in _GROUP_FIELDS:
-            if fields[name]:
-                fields[name] = rebind(fields[name], inverse=name == "inverse_owned")
-        fields.update(counted_in=[], inverse_selecting=[], _view=None, _signature=None)
-        vars(copy).update(fields)
+            if values[name]:
+                values[name] = rebind(values[name], inverse=name == "inverse_owned")
+        values.update(counted_in=[], inverse_selecting=[], _view=None, _signature=None)
+        vars(copy).update(values)
         states.append(copy)
     return states
 
+
+_STATE_FIELDS: list[tuple[str, Callable[[], Any]]] = [
+    (f.name, f.default_factory) for f in fields(TopologyGroup) if callable(f.default_factory)
+]
 
 # The PodState fields that hold its own topology groups (the rest are linked from the topology).
 _GROUP_FIELDS = (
