@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 import yaml
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.scheduling.scheduler import Scheduler, SchedulingResult
+from serverless_karpenter.scheduling.validate import Replay
 from serverless_karpenter_cli.main import main
 
-from tests.builders import container, deployment, nodeclass, nodepool
+from tests.builders import container, deployment, nodeclass, nodepool, pod
+from tests.unit.test_solver_improve import template
 
 
 def plan(tmp_path: Path, capsys: pytest.CaptureFixture[str], *workloads: dict[str, Any]) -> dict[str, Any]:
@@ -88,3 +91,33 @@ def test_a_preferred_zonal_anti_affinity_keeps_the_zones_first_fit_gave(
         for _ in range(n)
     )
     assert sorted(zones.values()) == [1, 1, 1]
+
+
+def test_the_replay_accepts_first_fit_and_names_what_a_merged_placement_breaks() -> None:
+    term = {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": wk.HOSTNAME}
+    anti = {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": term}]
+        }
+    }
+    pending = [
+        pod("agent-0", "250m", "256Mi", host_ports=[8080]),
+        pod("agent-1", "250m", "256Mi", host_ports=[8080]),
+        pod("cache-0", "100m", "128Mi", labels={"app": "cache"}, affinity=anti),
+        pod("cache-1", "100m", "128Mi", labels={"app": "cache"}, affinity=anti),
+    ]
+    tpl = template()
+    first = Scheduler([tpl]).solve(pending)
+    assert len(first.new_nodeclaims) == 2
+    replay = Replay(pending, [tpl], states=first.states)
+    assert replay.violations(first) == []
+    # Every pod on the first claim (its types are large enough): the second agent's port is taken, and the
+    # second cache pod lands beside the first.
+    merged = first.new_nodeclaims[0]
+    merged.pods = [k for c in first.new_nodeclaims for k in c.pods]
+    merged.instance_types = [it for it in tpl.instance_types if it.allocatable.get("cpu", 0) >= 4000]
+    broken = replay.violations(SchedulingResult([merged], {}, {}, first.order, first.states))
+    assert {(v.pod, v.rule) for v in broken} == {
+        ("default/agent-1", "host ports"),
+        ("default/cache-1", "pod anti-affinity on kubernetes.io/hostname with pods app=cache"),
+    }
