@@ -229,7 +229,7 @@ def test_pods_free_of_zones_share_nodes_with_pods_pinned_to_any_zone() -> None:
     ffd, improved, report = solve(pending)
     assert_valid(improved, ffd, pending)
     first_fit_zones = {k: _zones_of(c) for c in ffd.new_nodeclaims for k in c.pods}
-    per_zone = Counter()
+    per_zone: Counter[str] = Counter()
     for claim in improved.new_nodeclaims:
         zones = _zones_of(claim)
         assert sum(k.startswith("default/solo") for k in claim.pods) <= 1
