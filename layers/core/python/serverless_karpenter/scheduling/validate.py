@@ -284,13 +284,17 @@ class Replay:
             claim = result.new_nodeclaims[index]
             node = f"nodeclaim {index}"
             current = requirements[index]
-            node_requirements = state.node_requirements()
-            merge_key = (current, node_requirements)
-            if merge_key in merges:
-                merged = merges[merge_key]
+            if index in fixed and index not in checked:
+                # A claim neither grown nor checked here: its requirements stand for the node.
+                merged: Requirements | None = current
             else:
-                compatible = current.is_compatible(node_requirements)
-                merged = merges[merge_key] = current.merged(node_requirements) if compatible else None
+                node_requirements = state.node_requirements()
+                merge_key = (current, node_requirements)
+                if merge_key in merges:
+                    merged = merges[merge_key]
+                else:
+                    compatible = current.is_compatible(node_requirements)
+                    merged = merges[merge_key] = current.merged(node_requirements) if compatible else None
             if index in checked:
                 reason = self._claim_reason(claim, ports[index], state, merged, type_checks)
                 if reason is not None:
@@ -353,11 +357,11 @@ class Replay:
         total = resources.merge(
             claim.daemon_overhead, *(states[k].requests if k in states else {} for k in claim.pods)
         )
-        for it in claim.instance_types:
-            if not resources.fits(total, it.allocatable):
-                return (
-                    f"resources: requests {resources.format_list(total)} do not fit instance type {it.name}"
-                )
+        # Fitting every type is fitting the least each type has of each requested resource.
+        least = {name: min(it.allocatable.get(name, 0) for it in claim.instance_types) for name in total}
+        if not resources.fits(total, least):
+            it = next(it for it in claim.instance_types if not resources.fits(total, it.allocatable))
+            return f"resources: requests {resources.format_list(total)} do not fit instance type {it.name}"
         mismatch = self._first_mismatch(requirements, claim.instance_types)
         if mismatch is not None:
             return f"node requirements: {mismatch}"
