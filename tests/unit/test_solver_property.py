@@ -4,7 +4,8 @@ more than first fit, and every pod is placed exactly once (or is unschedulable, 
 
 The mixes carry host ports, preferences (preferred node affinity, preferred pod anti-affinity on hostname
 and zone), topology spreads (DoNotSchedule and ScheduleAnyway, hostname and zone), required hostname
-anti-affinity, a tainted second NodePool and DaemonSets, some with node affinity."""
+anti-affinity, a tainted second NodePool and DaemonSets, some with node affinity (by zone, architecture
+or instance family, so per instance type) and some binding a host port the pods may want too."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ MIXES = int(__import__("os").environ.get("SOLVER_MIXES", "1000"))
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 CPUS = ("100m", "250m", "500m", "1", "2")
 MEMORIES = ("128Mi", "512Mi", "1Gi", "2Gi", "4Gi")
+FAMILIES = frozenset({"c6a", "m6a", "r6a", "c7i", "m7i", "r7i", "c6g", "m6g"})
 
 
 @cache
@@ -40,7 +42,7 @@ def catalog_types() -> tuple[SchedulableInstanceType, ...]:
             it.name, it.allocatable, it.capacity, it.labels, catalog.available_offerings(it)
         )
         for it in catalog
-        if it.family in {"c6a", "m6a", "r6a", "c7i", "m7i", "r7i", "c6g", "m6g"} and not it.bare_metal
+        if it.family in FAMILIES and not it.bare_metal
     )
 
 
@@ -76,13 +78,20 @@ def _nodepool(name: str, *, taint: bool, weight: int, zones: Sequence[str]) -> d
 
 
 def _daemonset(rng: random.Random, index: int) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [container(rng.choice(("50m", "100m", "200m")), "128Mi")]}
+    ports = [9100] if rng.random() < 0.3 else []
+    cpu = rng.choice(("50m", "100m", "200m"))
+    spec: dict[str, Any] = {"containers": [container(cpu, "128Mi", host_ports=ports)]}
     roll = rng.random()
-    if roll < 0.25:
+    if roll < 0.2:
         spec["affinity"] = _node_affinity(wk.ZONE, [rng.choice(ZONES)])
-    elif roll < 0.5:
+    elif roll < 0.4:
         spec["affinity"] = _node_affinity(wk.ARCH, ["amd64"])
-    elif roll < 0.65:
+    elif roll < 0.6:
+        # Per instance type: only some of a NodePool's types run it.
+        spec["affinity"] = _node_affinity(
+            "karpenter.k8s.aws/instance-family", rng.sample(sorted(FAMILIES), 3)
+        )
+    elif roll < 0.7:
         spec["nodeSelector"] = {"pool": "b"}
     if rng.random() < 0.5:
         spec["tolerations"] = [{"operator": "Exists"}]
@@ -131,7 +140,7 @@ def _workload(rng: random.Random, group: int, groups: int, mix: int) -> list[dic
         ]
     if rng.random() < 0.1:
         spec["nodeSelector"] = {wk.ZONE: rng.choice(ZONES)}
-    ports = [rng.choice((8080, 9090))] if rng.random() < 0.15 else []
+    ports = [rng.choice((8080, 9090, 9100))] if rng.random() < 0.15 else []
     cpu, memory = rng.choice(CPUS), rng.choice(MEMORIES)
     return [
         pod(f"m{mix}-{app}-{i}", labels=labels, containers=[container(cpu, memory, host_ports=ports)], **spec)

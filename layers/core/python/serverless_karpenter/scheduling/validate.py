@@ -28,6 +28,7 @@ from typing import Any
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.daemonsets import DaemonGroup
 from serverless_karpenter.scheduling.hostports import HostPort, conflict
 from serverless_karpenter.scheduling.hostports import describe as describe_port
 from serverless_karpenter.scheduling.preferences import PodState, prepare
@@ -122,6 +123,13 @@ _GROUP_FIELDS = (
 )
 
 
+def daemon_groups_by_type(template: NodePoolTemplate) -> dict[int, DaemonGroup]:
+    """The DaemonSet group (what the DaemonSets take of a node, and the host ports they bind) of each of
+    the NodePool's instance types, by the type's id."""
+    groups, of_type = template.daemon_groups()
+    return {id(it): groups[g] for it, g in zip(template.instance_types, of_type, strict=True)}
+
+
 def placement_order(result: SchedulingResult, states: Mapping[str, PodState]) -> list[str]:
     """The scheduler's placement order; for a result that does not carry it, its sort (largest cpu, then
     memory, first) with relaxed pods after the others, as its queue retries them."""
@@ -174,6 +182,7 @@ class Replay:
         }
         # ``instance_type_mismatch`` by requirements and type: claims share a few requirement sets.
         self._mismatch: dict[Requirements, dict[int, str | None]] = {}
+        self._groups: dict[str, dict[int, DaemonGroup]] = {}
 
     def _reset(self) -> None:
         topology = self.scheduler.topology
@@ -181,6 +190,12 @@ class Replay:
             group.counts = dict.fromkeys(group.counts, 0)
             group.occupied.clear()
             group.rankings.clear()
+
+    def _daemon_groups(self, pool: NodePoolTemplate) -> dict[int, DaemonGroup]:
+        found = self._groups.get(pool.name)
+        if found is None:
+            found = self._groups[pool.name] = daemon_groups_by_type(pool)
+        return found
 
     def _first_mismatch(self, requirements: Requirements, types: Sequence[InstanceTypeLike]) -> str | None:
         """The first of ``types`` that cannot satisfy ``requirements``, and why; None when all can."""
@@ -319,7 +334,9 @@ class Replay:
 
         for index in sorted(checked):
             if index < len(result.new_nodeclaims):
-                reason = self._room_reason(result.new_nodeclaims[index], requirements[index])
+                claim = result.new_nodeclaims[index]
+                pool = pools.get(claim.nodepool)
+                reason = self._room_reason(claim, requirements[index], pool, ports[index])
                 if reason is not None:
                     out.append(Violation("", f"nodeclaim {index}", reason, index))
         return out
@@ -350,18 +367,39 @@ class Replay:
             type_checks[cache_key] = None if mismatch is None else f"node requirements: {mismatch}"
         return type_checks[cache_key]
 
-    def _room_reason(self, claim: NewNodeClaim, requirements: Requirements) -> str | None:
+    def _room_reason(
+        self,
+        claim: NewNodeClaim,
+        requirements: Requirements,
+        pool: NodePoolTemplate | None,
+        pod_ports: set[HostPort],
+    ) -> str | None:
         if not claim.instance_types:
             return "resources: no instance type"
         states = self.states
-        total = resources.merge(
-            claim.daemon_overhead, *(states[k].requests if k in states else {} for k in claim.pods)
-        )
-        # Fitting every type is fitting the least each type has of each requested resource.
-        least = {name: min(it.allocatable.get(name, 0) for it in claim.instance_types) for name in total}
-        if not resources.fits(total, least):
-            it = next(it for it in claim.instance_types if not resources.fits(total, it.allocatable))
-            return f"resources: requests {resources.format_list(total)} do not fit instance type {it.name}"
+        pods = resources.merge(*(states[k].requests if k in states else {} for k in claim.pods))
+        # Each type must hold the pods beside what its own DaemonSets take (their group), and its
+        # DaemonSets must not bind a port a pod here binds; a type outside the NodePool's list (or no
+        # NodePool) is charged the claim's own overhead.
+        by_group: dict[int, tuple[DaemonGroup, list[InstanceTypeLike]]] = {}
+        groups = self._daemon_groups(pool) if pool is not None else {}
+        fallback = DaemonGroup(dict(claim.daemon_overhead), frozenset())
+        for it in claim.instance_types:
+            group = groups.get(id(it), fallback)
+            by_group.setdefault(id(group), (group, []))[1].append(it)
+        for group, types in by_group.values():
+            if pod_ports and group.host_ports:
+                clash = conflict(pod_ports, group.host_ports)
+                if clash is not None:
+                    return f"host ports: {describe_port(clash)} is bound by a DaemonSet on {types[0].name}"
+            total = resources.merge(pods, group.overhead)
+            # Fitting every type is fitting the least each type has of each requested resource.
+            least = {name: min(it.allocatable.get(name, 0) for it in types) for name in total}
+            if not resources.fits(total, least):
+                it = next(it for it in types if not resources.fits(total, it.allocatable))
+                return (
+                    f"resources: requests {resources.format_list(total)} do not fit instance type {it.name}"
+                )
         mismatch = self._first_mismatch(requirements, claim.instance_types)
         if mismatch is not None:
             return f"node requirements: {mismatch}"

@@ -34,6 +34,7 @@ from typing import Any
 
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.hostports import HostPort, conflict
 from serverless_karpenter.scheduling.preferences import PodState
 from serverless_karpenter.scheduling.requirements import Requirement, Requirements
 from serverless_karpenter.scheduling.reservations import offers_reserved
@@ -50,7 +51,7 @@ from serverless_karpenter.scheduling.scheduler import (
     offering_allowed,
     offering_filter,
 )
-from serverless_karpenter.scheduling.validate import Replay
+from serverless_karpenter.scheduling.validate import Replay, daemon_groups_by_type
 from serverless_karpenter.scheduling.volumes import VolumeIndex
 from serverless_karpenter.solver.bound import dual_bound
 from serverless_karpenter.solver.constraints import NodeClass, memberships, pod_constraints, zone_bound
@@ -265,6 +266,7 @@ def improve(
             exclusive,
             classes,
             zones_of,
+            {s.key: s.host_ports for s in claim_states},
             deadline,
         )
         group_cost = sum(claim_costs[id(c)] for c in group)
@@ -401,6 +403,7 @@ def _repack(
     exclusive: frozenset[int],
     classes: Sequence[NodeClass],
     zones_of: Mapping[str, frozenset[str] | None],
+    ports_of: Mapping[str, frozenset[HostPort]],
     deadline: float,
 ) -> tuple[list[NewNodeClaim], float] | None:
     template = group[0]
@@ -471,6 +474,9 @@ def _repack(
     cheapest = {o.index: _min_price(requirements, types[o.index]) or 0.0 for o in options}
     by_price = sorted((o.index for o in options), key=lambda i: (cheapest[i], types[i].name))
     rooms = {o.index: o.room for o in options}
+    # The host ports each type's DaemonSets bind: a node whose pods bind one of them cannot be that type.
+    daemons = daemon_groups_by_type(pool)
+    daemon_ports = {o.index: daemons[id(types[o.index])].host_ports for o in options}
     # Per zone set a node can end in: its requirements, and the types offered there with what
     # CreateFleet would buy of each (a handful of zone sets, so computed once each).
     in_zones: dict[int, tuple[Requirements, dict[int, tuple[int, float]]]] = {
@@ -490,12 +496,17 @@ def _repack(
         # Room is net of the daemonset overhead and covers every resource a pod here requests, so the
         # vector test is resources.fits(total, allocatable), only cheaper.
         used = node.used
+        node_ports = {port for k in keys for port in ports_of[k]}
         # A claim carries the 60 cheapest types that fit (CreateFleet takes no more), so those are what
         # it can launch and cost; only minValues may need the rest, to find how many it must keep.
         enough = None if node_requirements.has_min_values() else MAX_INSTANCE_TYPES
         fitting_index: list[int] = []
         for i in by_price:
-            if i in node_launch and fits(used, rooms[i]):
+            if (
+                i in node_launch
+                and fits(used, rooms[i])
+                and not (node_ports and daemon_ports[i] and conflict(node_ports, daemon_ports[i]))
+            ):
                 fitting_index.append(i)
                 if len(fitting_index) == enough:
                     break
