@@ -216,12 +216,14 @@ class Replay:
         *,
         claims: Collection[int] | None = None,
         fixed: Collection[int] = (),
+        only: Collection[str] | None = None,
     ) -> list[Violation]:
         """What in ``result`` the scheduler's predicates refuse (empty: every placement holds).
 
         ``claims`` limits the node-local checks (taints, ports, requirements, room) to those new
         NodeClaims (indexes into ``result.new_nodeclaims``); topology is checked for every pod, since
-        counts are shared. A pod placed twice, or a pod neither placed nor reported unschedulable, is a
+        counts are shared, unless ``only`` names the pods whose topology is wanted (every pod is still
+        counted). A pod placed twice, or a pod neither placed nor reported unschedulable, is a
         violation.
 
         A NodeClaim the scheduler built grew its requirements pod by pod, and a pod counted in a zone
@@ -289,7 +291,11 @@ class Replay:
                 if entry is None:
                     out.append(Violation(key, on, "placement: no such existing capacity"))
                     continue
-                reason = _existing_reason(scheduler, entry.domains, entry.capacity, entry.host_ports, state)
+                reason = (
+                    _existing_reason(scheduler, entry.domains, entry.capacity, entry.host_ports, state)
+                    if only is None or key in only
+                    else None
+                )
                 if reason is not None:
                     out.append(Violation(key, on, reason))
                 entry.host_ports.update(state.host_ports)
@@ -316,7 +322,7 @@ class Replay:
                     out.append(Violation(key, node, reason, index))
             if merged is None:
                 merged = current
-            if state.topology_groups():
+            if state.topology_groups() and (only is None or key in only):
                 narrowed = scheduler._topology(state, merged, merged, hostname_requirements[index])
                 if isinstance(narrowed, str):
                     out.append(Violation(key, node, narrowed, index))

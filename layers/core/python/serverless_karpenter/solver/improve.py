@@ -329,7 +329,8 @@ def _within_predicates(
     accepted = {i for i, (group, replacement, _) in enumerate(replacements) if replacement is not group}
     if not accepted:
         return accepted
-    baseline: set[tuple[str, str]] | None = None
+    baseline: set[tuple[str, str]] = set()
+    covered: set[str] = set()  # the pods ``baseline`` answers for
     for _ in range(CHECK_ROUNDS):
         claims: list[NewNodeClaim] = list(pinned)
         owner: dict[int, int] = {}  # claim index -> replacement index
@@ -344,8 +345,13 @@ def _within_predicates(
         found = replay.violations(candidate, claims=owner.keys(), fixed=range(len(claims)))
         if not found:
             return accepted
-        if baseline is None:
-            first_fit = replay.violations(result, claims=(), fixed=range(len(result.new_nodeclaims)))
+        flagged = {v.pod for v in found if v.pod}
+        if not flagged <= covered:
+            # First fit's own findings, for the pods found here only (every pod is still counted).
+            covered |= flagged
+            first_fit = replay.violations(
+                result, claims=(), fixed=range(len(result.new_nodeclaims)), only=covered
+            )
             baseline = {(v.pod, v.rule) for v in first_fit}
         new = [v for v in found if not v.pod or (v.pod, v.rule) not in baseline]
         if not new:
