@@ -183,6 +183,10 @@ class Replay:
         # ``instance_type_mismatch`` by requirements and type: claims share a few requirement sets.
         self._mismatch: dict[Requirements, dict[int, str | None]] = {}
         self._groups: dict[str, dict[int, DaemonGroup]] = {}
+        self._mismatch_lists: dict[tuple[Requirements, tuple[int, ...]], str | None] = {}
+        self._by_types: dict[
+            tuple[str, tuple[int, ...]], list[tuple[DaemonGroup, list[InstanceTypeLike], dict[str, int]]]
+        ] = {}
 
     def _reset(self) -> None:
         topology = self.scheduler.topology
@@ -191,6 +195,32 @@ class Replay:
             group.occupied.clear()
             group.rankings.clear()
 
+    def _type_groups(
+        self, claim: NewNodeClaim, pool: NodePoolTemplate | None
+    ) -> list[tuple[DaemonGroup, list[InstanceTypeLike], dict[str, int]]]:
+        """A claim's types by DaemonSet group, with the least allocatable of each resource among them;
+        cached by the list of types (repacked nodes of one shape share theirs)."""
+        key = (pool.name if pool is not None else "", tuple(map(id, claim.instance_types)))
+        found = self._by_types.get(key)
+        if found is None:
+            groups = self._daemon_groups(pool) if pool is not None else {}
+            fallback = DaemonGroup(dict(claim.daemon_overhead), frozenset())
+            by_group: dict[int, tuple[DaemonGroup, list[InstanceTypeLike]]] = {}
+            shared = True  # no type charged the claim's own overhead
+            for it in claim.instance_types:
+                group = groups.get(id(it))
+                if group is None:
+                    group, shared = fallback, False
+                by_group.setdefault(id(group), (group, []))[1].append(it)
+            found = []
+            for group, types in by_group.values():
+                names = {name for it in types for name in it.allocatable}
+                least = {name: min(it.allocatable.get(name, 0) for it in types) for name in names}
+                found.append((group, types, least))
+            if shared:
+                self._by_types[key] = found
+        return found
+
     def _daemon_groups(self, pool: NodePoolTemplate) -> dict[int, DaemonGroup]:
         found = self._groups.get(pool.name)
         if found is None:
@@ -198,8 +228,13 @@ class Replay:
         return found
 
     def _first_mismatch(self, requirements: Requirements, types: Sequence[InstanceTypeLike]) -> str | None:
-        """The first of ``types`` that cannot satisfy ``requirements``, and why; None when all can."""
+        """The first of ``types`` that cannot satisfy ``requirements``, and why; None when all can.
+        Answered once per requirements and list of types, and per requirements and type."""
+        list_key = (requirements, tuple(map(id, types)))
+        if list_key in self._mismatch_lists:
+            return self._mismatch_lists[list_key]
         known = self._mismatch.setdefault(requirements, {})
+        answer = None
         for it in types:
             key = id(it)
             if key in known:
@@ -207,8 +242,10 @@ class Replay:
             else:
                 mismatch = known[key] = instance_type_mismatch(requirements, it)
             if mismatch is not None:
-                return f"instance type {it.name}: {mismatch}"
-        return None
+                answer = f"instance type {it.name}: {mismatch}"
+                break
+        self._mismatch_lists[list_key] = answer
+        return answer
 
     def violations(
         self,
@@ -387,20 +424,13 @@ class Replay:
         # Each type must hold the pods beside what its own DaemonSets take (their group), and its
         # DaemonSets must not bind a port a pod here binds; a type outside the NodePool's list (or no
         # NodePool) is charged the claim's own overhead.
-        by_group: dict[int, tuple[DaemonGroup, list[InstanceTypeLike]]] = {}
-        groups = self._daemon_groups(pool) if pool is not None else {}
-        fallback = DaemonGroup(dict(claim.daemon_overhead), frozenset())
-        for it in claim.instance_types:
-            group = groups.get(id(it), fallback)
-            by_group.setdefault(id(group), (group, []))[1].append(it)
-        for group, types in by_group.values():
+        for group, types, least in self._type_groups(claim, pool):
             if pod_ports and group.host_ports:
                 clash = conflict(pod_ports, group.host_ports)
                 if clash is not None:
                     return f"host ports: {describe_port(clash)} is bound by a DaemonSet on {types[0].name}"
             total = resources.merge(pods, group.overhead)
-            # Fitting every type is fitting the least each type has of each requested resource.
-            least = {name: min(it.allocatable.get(name, 0) for it in types) for name in total}
+            # Fitting every type is fitting the least each type has of each resource.
             if not resources.fits(total, least):
                 it = next(it for it in types if not resources.fits(total, it.allocatable))
                 return (
