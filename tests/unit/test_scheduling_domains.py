@@ -14,11 +14,17 @@ from typing import Any
 
 import pytest
 import yaml
+from serverless_karpenter import solver
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog.offerings import Offering
 from serverless_karpenter.runtime import SchedulableInstanceType
 from serverless_karpenter.scheduling import resources
-from serverless_karpenter.scheduling.scheduler import choose_offering, truncate_instance_types
+from serverless_karpenter.scheduling.scheduler import (
+    Scheduler,
+    choose_offering,
+    is_exotic,
+    truncate_instance_types,
+)
 from serverless_karpenter_cli.main import main
 
 from tests.builders import deployment, nodeclass, nodepool
@@ -246,3 +252,28 @@ def test_plan_spreads_500_pods_over_the_zones_the_nodepool_can_use(
     assert "us-east-1e" not in per_zone
     assert max(per_zone.values()) - min(per_zone.values()) <= 1
     assert sum(per_zone.values()) == 500
+
+
+def test_the_solver_prices_cpu_pods_as_they_launch_never_on_gpu_or_metal() -> None:
+    # Cheap GPU and metal types beside dearer generic ones: first fit, the solver's repacking and the
+    # launch filter agree, so what the solver reports is what CreateFleet will be given.
+    types = [
+        fake_type("g4dn.xlarge", ZONES, 0.05, gpus=1),
+        fake_type("m5.metal", ZONES, 0.05, cpu=96000, memory=384 * GI),
+        fake_type("m5.xlarge", ZONES, 0.192),
+        fake_type("m5.2xlarge", ZONES, 0.384, cpu=8000, memory=32 * GI),
+        fake_type("c5.large", ZONES, 0.085, cpu=2000, memory=4 * GI),
+    ]
+    templates = [pool(types=types)]
+    pods = [pod(f"web-{i}", cpu="700m", memory="1Gi") for i in range(9)]
+    first_fit = Scheduler(templates).solve(pods)
+    improved, report = solver.improve(first_fit, templates, 0.5, pods)
+    final = truncate_instance_types(improved)
+    assert sum(len(c.pods) for c in final.new_nodeclaims) == 9
+    total = 0.0
+    for claim in final.new_nodeclaims:
+        assert all(not is_exotic(it) for it in claim.instance_types), [it.name for it in claim.instance_types]
+        chosen = choose_offering(claim)
+        assert chosen is not None
+        total += chosen.price
+    assert round(total, 6) == round(report.cost, 6)

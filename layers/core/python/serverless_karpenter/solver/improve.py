@@ -40,6 +40,7 @@ from serverless_karpenter.scheduling.requirements import Requirement, Requiremen
 from serverless_karpenter.scheduling.reservations import offers_reserved
 from serverless_karpenter.scheduling.scheduler import (
     CAPACITY_RANK,
+    EXOTIC_RESOURCES,
     MAX_INSTANCE_TYPES,
     ExistingCapacity,
     InstanceTypeLike,
@@ -50,6 +51,7 @@ from serverless_karpenter.scheduling.scheduler import (
     instance_type_mismatch,
     offering_allowed,
     offering_filter,
+    without_exotic,
 )
 from serverless_karpenter.scheduling.validate import Replay, daemon_groups_by_type
 from serverless_karpenter.scheduling.volumes import VolumeIndex
@@ -430,9 +432,15 @@ def _repack(
     types: list[InstanceTypeLike] = []
     launch: list[tuple[int, float]] = []
     options: list[NodeOption] = []
-    for it in pool.instance_types:
-        if instance_type_mismatch(requirements, it) is not None:
-            continue
+    # Karpenter's exotic filter at launch keeps GPU, accelerator and metal types off a node whose pods do
+    # not ask for them; they are no option here either, so a repacked node is priced as it will launch.
+    asks_exotic = requirements.has_min_values() or any(
+        requests_of[k].get(name, 0) > 0 for k in group_keys for name in EXOTIC_RESOURCES
+    )
+    compatible = [it for it in pool.instance_types if instance_type_mismatch(requirements, it) is None]
+    if not asks_exotic:
+        compatible = without_exotic(compatible, requirements)
+    for it in compatible:
         choice = _launch_choice(requirements, it)
         room = _room(it, pool.overhead_for(it), dims, grain)
         if choice is None or room is None:
