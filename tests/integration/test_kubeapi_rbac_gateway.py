@@ -221,6 +221,8 @@ def test_tokens_the_cluster_cannot_trust_are_unauthorized(cluster: Cluster) -> N
     assert cluster.status_of("some-static-token-nobody-issued") == 401
     # Signed for another cluster: the x-k8s-aws-id header the signature covers does not match.
     assert cluster.status_of(presigned_token("another-cluster", REGION, cluster.session(credentials))) == 401
+    # Presigned against another partition's STS (China's, under amazonaws.com.cn): not this cluster's.
+    assert cluster.status_of(presigned_token(CLUSTER, "cn-north-1", cluster.session(credentials))) == 401
     # Signed with a secret that is not the key's.
     forged = {**credentials, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
     assert cluster.status_of(presigned_token(CLUSTER, REGION, cluster.session(forged))) == 401
