@@ -30,9 +30,9 @@ from __future__ import annotations
 import fnmatch
 import functools
 import hmac
-import re
 import json
 import logging
+import re
 import time
 from calendar import timegm
 from collections.abc import Callable, Mapping
