@@ -3,7 +3,7 @@
 The statements themselves, and which function holds which capability, are plain data in the core
 (:mod:`serverless_karpenter.policies`), shared with the local simulator; here they are rendered with the
 stack's resources as CDK tokens. Five functions, five roles: the cost is five EKS access entries instead
-of one, all mapped to the same Kubernetes group.
+of one, each mapped to its own Kubernetes group (``infra/access.py``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from serverless_karpenter.config import Settings
 from serverless_karpenter.observability import CLUSTER_DIMENSION, NAMESPACE, SERVICE, MetricName
 from serverless_karpenter.policies import PRE_EXISTING_LAUNCH_RESOURCE_TYPES
 
-from infra.access import KUBERNETES_GROUP
+from infra.access import kubernetes_group
 from infra.iam import NODE_MANAGED_POLICIES
 from tests.infra.conftest import Synthesized
 from tests.infra.helpers import (
@@ -564,19 +564,27 @@ def test_access_entries_for_every_function_role_and_the_node_role(
 ) -> None:
     template = synthesized.templates[cluster]
     rbac = list(yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()))
-    binding = next(doc for doc in rbac if doc["kind"] == "ClusterRoleBinding")
-    assert binding["subjects"] == [
-        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": KUBERNETES_GROUP}
-    ]
-    entries = resources_of_type(template, "AWS::EKS::AccessEntry")
-    function_roles = {
-        role_of_function(template, logical_id) for logical_id, _ in functions_by_name(template).values()
+    bound = {
+        subject["name"]
+        for doc in rbac
+        if doc and doc["kind"] == "ClusterRoleBinding"
+        for subject in doc["subjects"]
     }
-    standard = [e["Properties"] for e in entries.values() if e["Properties"]["Type"] == "STANDARD"]
-    assert {e["PrincipalArn"]["Fn::GetAtt"][0] for e in standard} == function_roles
-    for entry in standard:
+    entries = resources_of_type(template, "AWS::EKS::AccessEntry")
+    standard = {
+        e["Properties"]["PrincipalArn"]["Fn::GetAtt"][0]: e["Properties"]
+        for e in entries.values()
+        if e["Properties"]["Type"] == "STANDARD"
+    }
+    functions = functions_by_name(template)
+    assert set(standard) == {role_of_function(template, logical_id) for logical_id, _ in functions.values()}
+    # Each function's role in a group of its own, which deploy/rbac.yaml binds to its own ClusterRole.
+    for name, (logical_id, _) in functions.items():
+        entry = standard[role_of_function(template, logical_id)]
         assert entry["ClusterName"] == cluster
-        assert entry["KubernetesGroups"] == [KUBERNETES_GROUP]
+        assert entry["KubernetesGroups"] == [kubernetes_group(name)]
+        assert kubernetes_group(name) in bound
+    assert len({tuple(e["KubernetesGroups"]) for e in standard.values()}) == len(functions)
     nodes = [e["Properties"] for e in entries.values() if e["Properties"]["Type"] == "EC2_LINUX"]
     assert len(nodes) == 1
     assert nodes[0]["PrincipalArn"]["Fn::GetAtt"][0].startswith("NodeRole")
