@@ -203,7 +203,8 @@ EVENTS = {("", "events", "create"), ("", "events", "get"), ("", "events", "patch
 EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
     # provisioning.usecases.watch: list the pending pods, then watch them; nothing else.
     "watcher": {("", "pods", "list"), ("", "pods", "watch")},
-    # provisioning.provisioner (the scheduling inputs, NodePool validation status), lifecycle.reconciler
+    # provisioning.provisioner (the scheduling inputs, NodePool validation status, the pods of deleting
+    # nodes with their PDBs: termination.handoff.pods_on_deleting_nodes), lifecycle.reconciler
     # (registration patch, liveness: begin_deletion's get/patch/delete and the finalizer's patch, the
     # EC2NodeClass status), runtime's NodeOverlay reads.
     "provisioner": {
@@ -217,6 +218,8 @@ EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
         ("", "persistentvolumeclaims", "list"),
         ("", "persistentvolumes", "list"),
         ("storage.k8s.io", "storageclasses", "list"),
+        ("storage.k8s.io", "csinodes", "list"),
+        ("policy", "poddisruptionbudgets", "list"),
         ("apps", "daemonsets", "list"),
         ("karpenter.sh", "nodepools", "list"),
         ("karpenter.sh", "nodeoverlays", "list"),
