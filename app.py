@@ -53,17 +53,17 @@ def main(argv: list[str]) -> int:
     context = {} if under_cli else context_from_files_and_args(argv)
 
     # Imported late: loading aws_cdk starts the jsii runtime, which argument errors need not wait for.
-    from infra.app import build_app
+    from infra.app import build_app, synthesize
     from infra.config import ContextError
 
     outdir = None if under_cli else os.environ.get("CDK_OUTDIR", str(ROOT / "cdk.out"))
     try:
-        app, _stacks = build_app(context, outdir=outdir)
+        app, stacks = build_app(context, outdir=outdir)
     except ContextError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     try:
-        assembly = app.synth()
+        assembly = synthesize(app, stacks)
     except RuntimeError as error:
         # cdk-nag findings and other validation failures; the report is printed above.
         print(f"error: {error}", file=sys.stderr)

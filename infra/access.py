@@ -1,7 +1,8 @@
 """Cluster access through EKS access entries (the cluster's authentication mode must include API).
 
-The functions' roles map to one Kubernetes group, bound by deploy/rbac.yaml to a ClusterRole with only
-the verbs the Kubernetes gateway uses. The node role gets an EC2_LINUX entry so that nodes can join.
+Each function's role maps to a Kubernetes group of its own (``naming.kubernetes_group``), which
+deploy/rbac.yaml binds to a ClusterRole with only the verbs that function's code uses: the watcher, say,
+may list and watch pods and nothing else. The node role gets an EC2_LINUX entry so that nodes can join.
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ from __future__ import annotations
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
-from serverless_karpenter.naming import KUBERNETES_GROUP
+from serverless_karpenter.naming import kubernetes_group
 
-# KUBERNETES_GROUP must match the subject of the ClusterRoleBinding in deploy/rbac.yaml (a test checks it).
-__all__ = ["KUBERNETES_GROUP", "ClusterAccess"]
+# Each group must be the subject of its function's ClusterRoleBinding in deploy/rbac.yaml (a test checks it).
+__all__ = ["ClusterAccess", "kubernetes_group"]
 
 
 class ClusterAccess(Construct):
@@ -34,7 +35,7 @@ class ClusterAccess(Construct):
                 cluster_name=cluster_name,
                 principal_arn=role.role_arn,
                 type="STANDARD",
-                kubernetes_groups=[KUBERNETES_GROUP],
+                kubernetes_groups=[kubernetes_group(name)],
             )
         self.node_entry: eks.CfnAccessEntry | None = None
         if node_role is not None:

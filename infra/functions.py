@@ -10,6 +10,7 @@ run time.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -38,9 +39,18 @@ SQS_BATCH_SIZE = 10
 # Every scheduled or watcher-triggered run is superseded by the next one a minute later: an event that
 # waited longer than that (throttled behind the single running instance) is dropped, not replayed.
 ASYNC_MAX_EVENT_AGE = Duration.seconds(60)
-# Redeliveries while the termination function (concurrency 1) is busy also count as receives.
+# The lowest MaximumConcurrency an SQS event source takes. The termination function's event source runs
+# at most this many batches and the function reserves as many: its queue is its only trigger (the
+# one-minute schedule sends it a message rather than invoking the function), so the poller is never
+# throttled. A throttled poller returns its messages to the queue, where they wait out the 30-minute
+# visibility and count as receives towards the DLQ.
+EVENT_SOURCE_MIN_CONCURRENCY = 2
+TERMINATION_CONCURRENCY = EVENT_SOURCE_MIN_CONCURRENCY
+# Receives count only when a pass raises (the handler acknowledges a batch whole otherwise).
 TERMINATION_MAX_RECEIVE_COUNT = 10
 TERMINATION_QUEUE_RETENTION = Duration.days(4)
+# The body of the scheduled message, which the handler tells from a drain's own re-queued ones.
+TERMINATION_SCHEDULE_MESSAGE = {"reason": deployment.TERMINATION_SCHEDULED_PASS}
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,25 @@ class FunctionSpec:
     memory_mb: int
     reserved_concurrency: int | None
     scheduled: bool
+    # The MaximumConcurrency of the SQS event source that triggers it (None: none does), never above the
+    # reserved concurrency, so the event source is never throttled.
+    event_source_concurrency: int | None = None
+    # Scheduled through its SQS queue (a message every minute) rather than invoked by the schedule, so
+    # that the event source is its only invoker.
+    scheduled_through_queue: bool = False
+
+    def __post_init__(self) -> None:
+        concurrency = self.event_source_concurrency
+        if concurrency is not None and not (
+            EVENT_SOURCE_MIN_CONCURRENCY <= concurrency <= (self.reserved_concurrency or 0)
+        ):
+            raise ValueError(
+                f"{self.name}: an SQS event source's maximum concurrency ({concurrency}) must be at least "
+                f"{EVENT_SOURCE_MIN_CONCURRENCY} and at most the function's reserved concurrency "
+                f"({self.reserved_concurrency}), or the poller is throttled"
+            )
+        if self.scheduled_through_queue and concurrency is None:
+            raise ValueError(f"{self.name}: scheduled through a queue it has no event source on")
 
     @property
     def timeout(self) -> Duration:
@@ -76,8 +105,11 @@ FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
         name="interruption",
         description="Acts on EC2 interruption events",
         memory_mb=512,
-        reserved_concurrency=None,
+        # Reserved for the event source, its only invoker: the account's other functions cannot starve it
+        # into throttling, which would count receives towards the DLQ.
+        reserved_concurrency=deployment.INTERRUPTION_CONCURRENCY,
         scheduled=False,
+        event_source_concurrency=deployment.INTERRUPTION_CONCURRENCY,
     ),
     FunctionSpec(
         name="disruption",
@@ -90,8 +122,10 @@ FUNCTION_SPECS: tuple[FunctionSpec, ...] = (
         name="termination",
         description="Drains nodes and terminates their instances",
         memory_mb=512,
-        reserved_concurrency=1,
+        reserved_concurrency=TERMINATION_CONCURRENCY,
         scheduled=True,
+        event_source_concurrency=TERMINATION_CONCURRENCY,
+        scheduled_through_queue=True,
     ),
 )
 SPECS_BY_NAME: dict[str, FunctionSpec] = {spec.name: spec for spec in FUNCTION_SPECS}
@@ -189,7 +223,9 @@ class ControlPlaneFunctions(Construct):
 
         for spec in FUNCTION_SPECS:
             function = self.functions[spec.name]
-            if spec.scheduled:
+            if spec.scheduled and spec.scheduled_through_queue:
+                self._schedule_through_queue(spec, config, termination_queue)
+            elif spec.scheduled:
                 # A failed run is not retried: the next scheduled run (or watcher batch) redoes the work.
                 function.configure_async_invoke(max_event_age=ASYNC_MAX_EVENT_AGE, retry_attempts=0)
                 events.Rule(
@@ -202,14 +238,45 @@ class ControlPlaneFunctions(Construct):
                     ],
                 )
 
-        self.functions["interruption"].add_event_source(
-            event_sources.SqsEventSource(
-                interruption_queue, batch_size=SQS_BATCH_SIZE, report_batch_item_failures=True
+        for name, queue in (("interruption", interruption_queue), ("termination", termination_queue)):
+            self.functions[name].add_event_source(
+                event_sources.SqsEventSource(
+                    queue,
+                    batch_size=SQS_BATCH_SIZE,
+                    report_batch_item_failures=True,
+                    max_concurrency=SPECS_BY_NAME[name].event_source_concurrency,
+                )
             )
+
+    def _schedule_through_queue(self, spec: FunctionSpec, config: ClusterConfig, queue: sqs.IQueue) -> None:
+        # An L1 rule, and the queue-policy statement written here: the L2 SqsQueue target would also let
+        # EventBridge read the queue's attributes and URL, which sending does not need.
+        rule = events.CfnRule(
+            self,
+            f"{construct_name(spec.name)}Schedule",
+            description=f"serverless-karpenter {config.cluster_name}: {spec.name}, every minute",
+            schedule_expression=SCHEDULE.expression_string,
+            state="ENABLED",
+            targets=[
+                events.CfnRule.TargetProperty(
+                    id=f"{construct_name(spec.name)}Queue",
+                    arn=queue.queue_arn,
+                    input=json.dumps(TERMINATION_SCHEDULE_MESSAGE, separators=(",", ":")),
+                    # A lost tick costs nothing: the next comes a minute later.
+                    retry_policy=events.CfnRule.RetryPolicyProperty(
+                        maximum_event_age_in_seconds=int(ASYNC_MAX_EVENT_AGE.to_seconds()),
+                        maximum_retry_attempts=0,
+                    ),
+                )
+            ],
         )
-        self.functions["termination"].add_event_source(
-            event_sources.SqsEventSource(
-                termination_queue, batch_size=SQS_BATCH_SIZE, report_batch_item_failures=True
+        queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowScheduleRule",
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["sqs:SendMessage"],
+                resources=[queue.queue_arn],
+                conditions={"ArnEquals": {"aws:SourceArn": rule.attr_arn}},
             )
         )
 

@@ -3,7 +3,7 @@
 The statements themselves, and which function holds which capability, are plain data in the core
 (:mod:`serverless_karpenter.policies`), shared with the local simulator; here they are rendered with the
 stack's resources as CDK tokens. Five functions, five roles: the cost is five EKS access entries instead
-of one, all mapped to the same Kubernetes group.
+of one, each mapped to its own Kubernetes group (``infra/access.py``).
 """
 
 from __future__ import annotations
@@ -17,15 +17,21 @@ from serverless_karpenter import policies
 
 from infra.state import StateTable
 
-__all__ = ["NODE_MANAGED_POLICIES", "ControllerPermissions", "NodeRole"]
+__all__ = ["NODE_MANAGED_POLICIES", "NODE_MANAGED_POLICY_REASONS", "ControllerPermissions", "NodeRole"]
 
-# The managed policies an EKS node needs (the same four as Karpenter's KarpenterNodeRole).
-NODE_MANAGED_POLICIES = (
-    "AmazonEKSWorkerNodePolicy",
-    "AmazonEKS_CNI_Policy",
-    "AmazonEC2ContainerRegistryReadOnly",
-    "AmazonSSMManagedInstanceCore",
-)
+# The AWS-managed policies an EKS node needs, and why: the four of Karpenter's KarpenterNodeRole (its
+# getting-started CloudFormation template), which pulls images with AmazonEC2ContainerRegistryPullOnly
+# rather than the wider ReadOnly policy (that one also lists and describes every repository and image).
+NODE_MANAGED_POLICY_REASONS: dict[str, str] = {
+    "AmazonEKSWorkerNodePolicy": "the kubelet's EC2 and EKS reads, to join the cluster",
+    "AmazonEKS_CNI_Policy": "the VPC CNI's network-interface and IP-address management on the node",
+    "AmazonEC2ContainerRegistryPullOnly": (
+        "pulling images from ECR (GetAuthorizationToken, BatchGetImage, GetDownloadUrlForLayer) and "
+        "nothing else"
+    ),
+    "AmazonSSMManagedInstanceCore": "Session Manager access to the node, instead of SSH",
+}
+NODE_MANAGED_POLICIES = tuple(NODE_MANAGED_POLICY_REASONS)
 
 
 class NodeRole(Construct):

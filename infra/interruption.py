@@ -1,7 +1,8 @@
 """The interruption queue: EC2 and AWS Health events routed by EventBridge into an encrypted SQS queue.
 
-Karpenter's own template is the reference for the queue (SSE-SQS, 300 s retention: a spot warning is
-stale after two minutes) and for the event patterns, which are kept exactly as Karpenter has them so that
+Karpenter's own template is the reference for the queue (SSE-SQS; its 300 s retention is lengthened
+here so that a message can be received 5 times, see ``serverless_karpenter.deployment``) and for the event
+patterns, which are kept exactly as Karpenter has them so that
 one queue serves the same events; the handler filters by instance.
 """
 
@@ -14,7 +15,11 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
-from serverless_karpenter.deployment import INTERRUPTION_RETENTION_SECONDS
+from serverless_karpenter.deployment import (
+    INTERRUPTION_RETENTION_SECONDS,
+    MIN_RECEIVES_BEFORE_DEAD_LETTER,
+    reaches_dead_letter_before_expiry,
+)
 
 RETENTION = Duration.seconds(INTERRUPTION_RETENTION_SECONDS)
 DEAD_LETTER_RETENTION = Duration.days(14)
@@ -74,11 +79,19 @@ class InterruptionQueue(Construct):
         max_receive_count: int,
     ) -> None:
         super().__init__(scope, construct_id)
-        # A message must reach the DLQ before it expires, or the DLQ alarm can never fire.
-        if visibility_timeout.to_seconds() * max_receive_count >= RETENTION.to_seconds():
+        # A live message must survive a few failed or throttled receives before it is given up on.
+        if max_receive_count < MIN_RECEIVES_BEFORE_DEAD_LETTER:
             raise ValueError(
-                f"interruption messages expire after {RETENTION.to_seconds()} s, before "
-                f"{max_receive_count} receives of {visibility_timeout.to_seconds()} s visibility each; "
+                f"interruption messages would reach the DLQ after {max_receive_count} receives; "
+                f"use at least {MIN_RECEIVES_BEFORE_DEAD_LETTER}"
+            )
+        # A message must reach the DLQ before it expires, or the DLQ alarm can never fire.
+        visibility = int(visibility_timeout.to_seconds())
+        retention = int(RETENTION.to_seconds())
+        if not reaches_dead_letter_before_expiry(visibility, max_receive_count, retention):
+            raise ValueError(
+                f"interruption messages expire after {retention} s, before {max_receive_count} receives "
+                f"of {visibility} s visibility each and one more to spare; lengthen the retention or "
                 "shorten the interruption function's timeout"
             )
 

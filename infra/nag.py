@@ -15,6 +15,8 @@ from aws_cdk import Acknowledgment, Stack, Validations
 from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
+from infra.iam import NODE_MANAGED_POLICY_REASONS
+
 if TYPE_CHECKING:
     from infra.stack import ServerlessKarpenterStack
 
@@ -68,8 +70,8 @@ WILDCARD_RESOURCE_REASONS: dict[str, str] = {
         "spot requests are " + _CREATED_AT_RUN_TIME + "the statement requires this cluster's request tags"
     ),
     "instance-profile": (
-        "instance profiles are created per EC2NodeClass at run time (spec.role); create, tag, add/remove "
-        "role and delete require this cluster's and this region's tags; only GetInstanceProfile (read) "
+        "instance profiles are created per EC2NodeClass at run time (spec.role); create, tag and "
+        "add/remove role require this cluster's and this region's tags; only GetInstanceProfile (read) "
         "is unconditioned"
     ),
     "parameter": (
@@ -77,9 +79,9 @@ WILDCARD_RESOURCE_REASONS: dict[str, str] = {
     ),
 }
 NODE_MANAGED_POLICY_REASON = (
-    "EKS nodes need this AWS-maintained policy (the same four as Karpenter's KarpenterNodeRole: worker "
-    "node, "
-    "CNI, ECR read-only, SSM); AWS keeps it in step with EKS, which a copied customer policy would not be"
+    "EKS nodes need this AWS-maintained policy for {why} (one of the four of Karpenter's "
+    "KarpenterNodeRole: worker node, CNI, ECR pull-only, SSM); AWS keeps it in step with EKS, which a "
+    "copied customer policy would not be"
 )
 RUNTIME_REASON = (
     "Python 3.12 is deliberate: the dependency layer is built for cp312 arm64 wheels "
@@ -167,8 +169,11 @@ def acknowledge_findings(stack: ServerlessKarpenterStack) -> list[NagAcknowledgm
         assert isinstance(cfn_role, iam.CfnRole)
         for managed_policy in stack.resolve(cfn_role.managed_policy_arns) or []:
             arn = render(managed_policy)
+            why = NODE_MANAGED_POLICY_REASONS[arn.rsplit("/", 1)[-1]]
             acknowledged.append(
-                acknowledge(node_role, f"AwsSolutions-IAM4[Policy::{arn}]", NODE_MANAGED_POLICY_REASON)
+                acknowledge(
+                    node_role, f"AwsSolutions-IAM4[Policy::{arn}]", NODE_MANAGED_POLICY_REASON.format(why=why)
+                )
             )
     for role in stack.control_plane.roles.values():
         acknowledged.extend(acknowledge_role_wildcards(stack, role))

@@ -2,7 +2,8 @@
 
 - Each Lambda function signs its EKS token with its own role's credentials (from STS, as Lambda gets
   them); the role has the access entry the stack gives it (``infra/access.py``): type ``STANDARD``,
-  Kubernetes group ``serverless-karpenter``, which ``deploy/rbac.yaml`` binds to the functions' ClusterRole.
+  Kubernetes group ``serverless-karpenter-<function>``, which ``deploy/rbac.yaml`` binds to that
+  function's own ClusterRole.
 - The scenario driver is the cluster's admin (``system:masters``), as the user who ran ``kubectl apply``.
 - The simulated kube-scheduler is ``system:kube-scheduler`` with its upstream roles.
 - The simulated kubelets and workload controllers (which also play the node lifecycle controller and
@@ -59,7 +60,7 @@ def grant_function_access(cloud: SimulatedCloud, function: str) -> dict[str, str
     """The access entry the stack gives the function's role, and the credentials Lambda would hand the
     function (as ``AWS_*`` environment variables)."""
     role = function_role(cloud, function)
-    grant_cluster_access(cloud, role)
+    grant_cluster_access(cloud, function, role)
     session = f"{cloud.cluster_name}-{function}"[:64]
     credentials = cloud.client("sts").assume_role(RoleArn=role, RoleSessionName=session)["Credentials"]
     return {
@@ -69,9 +70,9 @@ def grant_function_access(cloud: SimulatedCloud, function: str) -> dict[str, str
     }
 
 
-def grant_cluster_access(cloud: SimulatedCloud, role: str) -> None:
+def grant_cluster_access(cloud: SimulatedCloud, function: str, role: str) -> None:
     """The access entry the stack gives a function's role (``infra/access.py``): type ``STANDARD``, in
-    the Kubernetes group ``deploy/rbac.yaml`` binds to the functions' ClusterRole."""
+    the function's own Kubernetes group, which ``deploy/rbac.yaml`` binds to its ClusterRole."""
     eks = cloud.client("eks")
     listed = eks.list_access_entries(clusterName=cloud.cluster_name)["accessEntries"]
     if role not in listed:
@@ -79,7 +80,7 @@ def grant_cluster_access(cloud: SimulatedCloud, role: str) -> None:
             clusterName=cloud.cluster_name,
             principalArn=role,
             type="STANDARD",
-            kubernetesGroups=[naming.KUBERNETES_GROUP],
+            kubernetesGroups=[naming.kubernetes_group(function)],
         )
 
 

@@ -7,6 +7,9 @@ in a ``CONFIG_MAP`` or ``API_AND_CONFIG_MAP`` cluster, through the ``aws-auth`` 
 same against the simulated account (moto in this process):
 
 - the URL must be STS's, for ``GetCallerIdentity``, signed with SigV4 over ``host`` and ``x-k8s-aws-id``;
+  its host must be an STS endpoint of the cluster's partition (``sts.<region>.amazonaws.com.cn`` in
+  China; the global ``sts.amazonaws.com`` in the commercial partition only), as aws-iam-authenticator
+  allows;
 - the signature must verify with the secret of the access key it names, for this cluster's name, so a
   token made for another cluster or with made-up credentials is refused;
 - it is good for 15 minutes after its ``X-Amz-Date`` (STS ignores ``X-Amz-Expires`` for this call), on the
@@ -25,9 +28,11 @@ hold static tokens).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hmac
 import json
 import logging
+import re
 import time
 from calendar import timegm
 from collections.abc import Callable, Mapping
@@ -38,6 +43,7 @@ import yaml
 from botocore.auth import SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from botocore.loaders import create_loader
 from serverless_karpenter.adapters.eks_token import CLUSTER_ID_HEADER, TOKEN_PREFIX, decode_token
 
 from serverless_karpenter_sim import eks_access
@@ -50,13 +56,29 @@ TOKEN_LIFETIME_SECONDS = 15 * 60
 _SIGNED_HEADERS = f"host;{CLUSTER_ID_HEADER}"
 
 
-def _verified_query(token: str, cluster_name: str, now: float) -> dict[str, str] | None:
+@functools.cache
+def sts_hosts(region: str) -> frozenset[str]:
+    """The STS hosts aws-iam-authenticator accepts for a cluster in ``region``: every regional endpoint of
+    the region's partition, under that partition's DNS suffix, and the global one in ``aws`` only.
+
+    Read from botocore's partition data (``partitions.json``, the endpoint rules' source), independently
+    of how the functions build their URL."""
+    for partition in create_loader().load_data("partitions")["partitions"]:
+        if region in partition["regions"] or re.match(partition["regionRegex"], region):
+            suffix = partition["outputs"]["dnsSuffix"]
+            hosts = {f"sts.{r}.{suffix}" for r in {*partition["regions"], region}}
+            if partition["id"] == "aws":
+                hosts.add("sts.amazonaws.com")
+            return frozenset(hosts)
+    return frozenset()
+
+
+def _verified_query(token: str, cluster_name: str, region: str, now: float) -> dict[str, str] | None:
     try:
         url = urlsplit(decode_token(token))
     except (ValueError, UnicodeDecodeError):
         return None
-    host = url.hostname or ""
-    if url.scheme != "https" or not (host == "sts.amazonaws.com" or host.startswith("sts.")):
+    if url.scheme != "https" or (url.hostname or "") not in sts_hosts(region):
         return None
     query = dict(parse_qsl(url.query))
     if query.get("Action") != "GetCallerIdentity" or query.get("X-Amz-SignedHeaders") != _SIGNED_HEADERS:
@@ -129,7 +151,7 @@ class EksTokenAuthenticator:
     def authenticate(self, token: str) -> UserInfo | None:
         if not token.startswith(TOKEN_PREFIX):
             return None
-        query = _verified_query(token, self.cluster_name, self._wall_clock())
+        query = _verified_query(token, self.cluster_name, self.region, self._wall_clock())
         if query is None:
             return None
         caller = eks_access.issued_key(query.get("X-Amz-Credential", "").split("/", 1)[0])

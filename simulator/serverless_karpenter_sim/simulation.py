@@ -260,8 +260,8 @@ class Simulation:
         # Each function's role has the access entry the stack gives it. The one control plane signs every
         # AWS call and EKS token as the function running (CallerCredentials), and as the account's
         # operator, the cluster's creator, outside any invocation (doctor, status, explain).
-        for role in self.stack.function_roles.values():
-            grant_cluster_access(self.cloud, role)
+        for function, role in self.stack.function_roles.items():
+            grant_cluster_access(self.cloud, function, role)
         self.plane = build_control_plane(self.settings, self.clock)
         use_control_plane(self.plane)
         watcher = self.lambdas.handler("watcher")

@@ -46,11 +46,11 @@ class Synthesized:
 
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesized]:
-    from infra.app import build_app
+    from infra.app import build_app, synthesize
 
     outdir = tmp_path_factory.mktemp("cdk.out")
     app, stacks = build_app(CONTEXT, outdir=str(outdir))
-    assembly = app.synth()
+    assembly = synthesize(app, stacks)
     templates: dict[str, dict[str, Any]] = {}
     paths: dict[str, Path] = {}
     for stack in stacks:

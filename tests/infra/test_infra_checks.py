@@ -91,3 +91,27 @@ def test_every_acknowledgment_matches_something_in_the_template(
             assert arn in granted, acknowledgment
         else:
             pytest.fail(f"unexpected acknowledgment {acknowledgment}")
+
+
+def test_the_validation_report_lists_every_acknowledged_finding(synthesized: Synthesized) -> None:
+    """infra/README.md says cdk.out/validation-report.json lists the acknowledged findings: it does, each
+    with its construct and reason, in the AwsSolutions plugin's report, with no open violation."""
+    (plugin,) = [
+        r for r in synthesized.validation_report["pluginReports"] if r["pluginName"] == "AwsSolutions"
+    ]
+    assert plugin["conclusion"] == "success" and plugin["violations"] == []
+    listed = {
+        (v["violatingConstructs"][0]["constructPath"], v["ruleName"], v["reason"])
+        for v in plugin["suppressedViolations"]
+    }
+    acknowledged = {
+        (a.path, a.rule, a.reason) for stack in synthesized.stacks.values() for a in stack.acknowledgments
+    }
+    assert listed == acknowledged
+    assert len(listed) == len(plugin["suppressedViolations"])
+    paths = {path for path, _, _ in listed}
+    for cluster, stack in synthesized.stacks.items():
+        assert any(p.startswith(stack.node.path + "/") for p in paths), cluster
+    rules = {rule.partition("[")[0] for _, rule, _ in listed}
+    assert rules == {"AwsSolutions-IAM4", "AwsSolutions-IAM5", "AwsSolutions-L1"}
+    assert any("AmazonEC2ContainerRegistryPullOnly" in rule for _, rule, _ in listed)

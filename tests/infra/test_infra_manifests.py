@@ -1,5 +1,6 @@
-"""deploy/rbac.yaml against the Kubernetes gateway's calls, and the CRDs: structural schemas with Karpenter's
-group, versions, scope and columns, that accept the NodePools and EC2NodeClasses users already have."""
+"""deploy/rbac.yaml against the Kubernetes gateway's calls, one ClusterRole per function, and the CRDs:
+structural schemas with Karpenter's group, versions, scope and columns, that accept the NodePools and
+EC2NodeClasses users already have."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from serverless_karpenter.naming import FUNCTION_NAMES
 
-from infra.access import KUBERNETES_GROUP
+from infra.access import kubernetes_group
 
 pytestmark = pytest.mark.infra
 
@@ -169,17 +171,102 @@ def module_permissions(tree: ast.Module, apis: dict[str, str]) -> set[tuple[str,
 
 
 def rbac_documents() -> list[dict[str, Any]]:
-    return list(yaml.safe_load_all(RBAC.read_text()))
+    return [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
 
 
-def granted() -> set[tuple[str, str, str]]:
-    (role,) = [d for d in rbac_documents() if d["kind"] == "ClusterRole"]
+def cluster_roles() -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in rbac_documents() if d["kind"] == "ClusterRole"}
+
+
+def role_grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
     return {
         (group, resource, verb)
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
+    }
+
+
+def granted(function: str | None = None) -> set[tuple[str, str, str]]:
+    """What ``function``'s ClusterRole grants; with no function, what any of them does."""
+    roles = cluster_roles()
+    if function is not None:
+        return role_grants(roles[kubernetes_group(function)])
+    return set().union(*(role_grants(role) for role in roles.values()))
+
+
+# What each function's code calls through the gateway, written out from reading it (the simulation, with
+# RBAC enforced, fails with a 403 on anything missing here: tests/integration/test_sim_rbac.py and every
+# other simulation). Least privilege: a function gets these and nothing more.
+EVENTS = {("", "events", "create"), ("", "events", "get"), ("", "events", "patch")}  # record_event
+EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
+    # provisioning.usecases.watch: list the pending pods, then watch them; nothing else.
+    "watcher": {("", "pods", "list"), ("", "pods", "watch")},
+    # provisioning.provisioner (the scheduling inputs, NodePool validation status, the pods of deleting
+    # nodes with their PDBs: termination.handoff.pods_on_deleting_nodes), lifecycle.reconciler
+    # (registration patch, liveness: begin_deletion's get/patch/delete and the finalizer's patch, the
+    # EC2NodeClass status), runtime's NodeOverlay reads.
+    "provisioner": {
+        ("", "pods", "list"),
+        ("", "nodes", "get"),
+        ("", "nodes", "list"),
+        ("", "nodes", "patch"),
+        ("", "nodes", "delete"),
+        *EVENTS,
+        ("", "namespaces", "list"),
+        ("", "persistentvolumeclaims", "list"),
+        ("", "persistentvolumes", "list"),
+        ("storage.k8s.io", "storageclasses", "list"),
+        ("storage.k8s.io", "csinodes", "list"),
+        ("policy", "poddisruptionbudgets", "list"),
+        ("apps", "daemonsets", "list"),
+        ("karpenter.sh", "nodepools", "list"),
+        ("karpenter.sh", "nodeoverlays", "list"),
+        ("karpenter.sh", "nodepools/status", "patch"),
+        ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
+        ("karpenter.k8s.aws", "ec2nodeclasses/status", "patch"),
+    },
+    # interruption.actions: get_node and record_event, then begin_deletion (taint patch, delete_node)
+    # or, for an instance already gone, delete_node and remove_node_finalizer (a patch).
+    "interruption": {("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes", "delete"), *EVENTS},
+    # disruption.usecases: the candidates' inputs (pods, nodes, PDBs, DaemonSets, NodePools, node classes,
+    # overlays), set_disrupted_taint (get, patch) and begin_deletion (delete).
+    "disruption": {
+        ("", "pods", "list"),
+        ("", "nodes", "get"),
+        ("", "nodes", "list"),
+        ("", "nodes", "patch"),
+        ("", "nodes", "delete"),
+        *EVENTS,
+        ("policy", "poddisruptionbudgets", "list"),
+        ("apps", "daemonsets", "list"),
+        ("karpenter.sh", "nodepools", "list"),
+        ("karpenter.sh", "nodeoverlays", "list"),
+        ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
+    },
+    # termination.terminator: the deleting nodes and their pods, evictions, deletions past the deadline,
+    # the taint and the finalizer (patches).
+    "termination": {
+        ("", "pods", "list"),
+        ("", "pods", "delete"),
+        ("", "pods/eviction", "create"),
+        ("", "nodes", "list"),
+        ("", "nodes", "patch"),
+        *EVENTS,
+    },
+}
+
+
+def test_each_function_has_its_own_cluster_role_with_only_what_its_code_uses() -> None:
+    assert set(cluster_roles()) == {kubernetes_group(f) for f in FUNCTION_NAMES}
+    for function in FUNCTION_NAMES:
+        assert granted(function) == EXPECTED_ROLES[function], function
+    # The point of the split: the watcher, which runs all day, cannot touch a node or a pod.
+    assert granted("watcher") == {("", "pods", "list"), ("", "pods", "watch")}
+    assert not {p for f in ("watcher", "provisioner", "disruption", "interruption") for p in granted(f)} & {
+        ("", "pods/eviction", "create"),
+        ("", "pods", "delete"),
     }
 
 
@@ -201,18 +288,20 @@ def test_cluster_role_grants_only_what_is_used_or_required() -> None:
     assert not [p for p in granted() if "*" in p]
 
 
-def test_binding_subject_is_the_access_entry_group() -> None:
-    documents = {d["kind"]: d for d in rbac_documents()}
-    binding = documents["ClusterRoleBinding"]
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": documents["ClusterRole"]["metadata"]["name"],
-    }
-    assert binding["subjects"] == [
-        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": KUBERNETES_GROUP}
-    ]
-    assert not KUBERNETES_GROUP.startswith("system:")  # EKS access entries refuse system: groups
+def test_each_binding_subject_is_its_functions_access_entry_group() -> None:
+    bindings = {d["metadata"]["name"]: d for d in rbac_documents() if d["kind"] == "ClusterRoleBinding"}
+    assert set(bindings) == set(cluster_roles())
+    for function in FUNCTION_NAMES:
+        group = kubernetes_group(function)
+        assert bindings[group]["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": group,
+        }
+        assert bindings[group]["subjects"] == [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}
+        ]
+        assert not group.startswith("system:")  # EKS access entries refuse system: groups
 
 
 # -- CRDs -----------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from serverless_karpenter.config import Settings
 from serverless_karpenter.observability import CLUSTER_DIMENSION, NAMESPACE, SERVICE, MetricName
 from serverless_karpenter.policies import PRE_EXISTING_LAUNCH_RESOURCE_TYPES
 
-from infra.access import KUBERNETES_GROUP
+from infra.access import kubernetes_group
 from infra.iam import NODE_MANAGED_POLICIES
 from tests.infra.conftest import Synthesized
 from tests.infra.helpers import (
@@ -47,12 +47,13 @@ EXPECTED_INTERRUPTION_PATTERNS = [
     {"source": ["aws.ec2"], "detail-type": ["EC2 Capacity Reservation Instance Interruption Warning"]},
 ]
 EXPECTED_FUNCTIONS = {
-    # name: (memory MB, timeout s, reserved concurrency, scheduled every minute)
+    # name: (memory MB, timeout s, reserved concurrency, invoked by the one-minute schedule)
     "watcher": (256, 90, 1, True),
     "provisioner": (PROVISIONER_MEMORY_MB, 300, 1, True),  # overridden by the test context
-    "interruption": (512, 20, None, False),
+    "interruption": (512, 20, 5, False),  # reserved for its event source (test_infra_queues.py)
     "disruption": (1024, 300, 1, True),
-    "termination": (512, 300, 1, True),
+    # Its schedule sends a message to its queue instead (test_infra_queues.py).
+    "termination": (512, 300, 2, False),
 }
 TAG_SCOPED_ACTIONS = {
     "ec2:RunInstances",
@@ -120,10 +121,12 @@ def test_interruption_queue_is_encrypted_short_lived_and_has_a_dlq_reachable_bef
     props = queue["Properties"]
     assert props["SqsManagedSseEnabled"] is True
     assert dlq["Properties"]["SqsManagedSseEnabled"] is True
-    assert props["MessageRetentionPeriod"] == 300
+    # Karpenter's 300 s cannot hold 5 receives of 120 s: see test_infra_queues.py.
+    assert props["MessageRetentionPeriod"] == 900
     redrive = props["RedrivePolicy"]
     assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": [dlq_id, "Arn"]}
-    # A failed message is redelivered and then dead-lettered before the 300 s retention drops it.
+    assert redrive["maxReceiveCount"] == 5
+    # A failed message is redelivered and then dead-lettered before the retention drops it.
     assert props["VisibilityTimeout"] * redrive["maxReceiveCount"] < props["MessageRetentionPeriod"]
     assert dlq["Properties"]["MessageRetentionPeriod"] > props["MessageRetentionPeriod"]
 
@@ -355,11 +358,13 @@ def test_function_environment_names_are_settings_fields(synthesized: Synthesized
 def test_schedules_run_every_minute_without_retries(synthesized: Synthesized, cluster: str) -> None:
     template = synthesized.templates[cluster]
     functions = functions_by_name(template)
+    function_ids = {logical_id for logical_id, _ in functions.values()}
     scheduled = {
         target["Arn"]["Fn::GetAtt"][0]: target
         for rule in resources_of_type(template, "AWS::Events::Rule").values()
         if rule["Properties"].get("ScheduleExpression") == "rate(1 minute)"
         for target in rule["Properties"]["Targets"]
+        if target["Arn"]["Fn::GetAtt"][0] in function_ids  # the termination queue's is in test_infra_queues
     }
     expected = {functions[name][0] for name, spec in EXPECTED_FUNCTIONS.items() if spec[3]}
     assert set(scheduled) == expected
@@ -519,6 +524,13 @@ def test_each_function_has_its_own_role_and_only_the_provisioner_launches(
 def test_node_role_has_the_four_node_policies_and_an_instance_profile(
     synthesized: Synthesized, cluster: str
 ) -> None:
+    # Karpenter's node role pulls images with PullOnly, not the wider ReadOnly (which lists and describes).
+    assert NODE_MANAGED_POLICIES == (
+        "AmazonEKSWorkerNodePolicy",
+        "AmazonEKS_CNI_Policy",
+        "AmazonEC2ContainerRegistryPullOnly",
+        "AmazonSSMManagedInstanceCore",
+    )
     template = Template.from_json(synthesized.templates[cluster])
     template.has_resource_properties(
         "AWS::IAM::Role",
@@ -552,19 +564,27 @@ def test_access_entries_for_every_function_role_and_the_node_role(
 ) -> None:
     template = synthesized.templates[cluster]
     rbac = list(yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()))
-    binding = next(doc for doc in rbac if doc["kind"] == "ClusterRoleBinding")
-    assert binding["subjects"] == [
-        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": KUBERNETES_GROUP}
-    ]
-    entries = resources_of_type(template, "AWS::EKS::AccessEntry")
-    function_roles = {
-        role_of_function(template, logical_id) for logical_id, _ in functions_by_name(template).values()
+    bound = {
+        subject["name"]
+        for doc in rbac
+        if doc and doc["kind"] == "ClusterRoleBinding"
+        for subject in doc["subjects"]
     }
-    standard = [e["Properties"] for e in entries.values() if e["Properties"]["Type"] == "STANDARD"]
-    assert {e["PrincipalArn"]["Fn::GetAtt"][0] for e in standard} == function_roles
-    for entry in standard:
+    entries = resources_of_type(template, "AWS::EKS::AccessEntry")
+    standard = {
+        e["Properties"]["PrincipalArn"]["Fn::GetAtt"][0]: e["Properties"]
+        for e in entries.values()
+        if e["Properties"]["Type"] == "STANDARD"
+    }
+    functions = functions_by_name(template)
+    assert set(standard) == {role_of_function(template, logical_id) for logical_id, _ in functions.values()}
+    # Each function's role in a group of its own, which deploy/rbac.yaml binds to its own ClusterRole.
+    for name, (logical_id, _) in functions.items():
+        entry = standard[role_of_function(template, logical_id)]
         assert entry["ClusterName"] == cluster
-        assert entry["KubernetesGroups"] == [KUBERNETES_GROUP]
+        assert entry["KubernetesGroups"] == [kubernetes_group(name)]
+        assert kubernetes_group(name) in bound
+    assert len({tuple(e["KubernetesGroups"]) for e in standard.values()}) == len(functions)
     nodes = [e["Properties"] for e in entries.values() if e["Properties"]["Type"] == "EC2_LINUX"]
     assert len(nodes) == 1
     assert nodes[0]["PrincipalArn"]["Fn::GetAtt"][0].startswith("NodeRole")

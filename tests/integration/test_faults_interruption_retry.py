@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from serverless_karpenter.deployment import INTERRUPTION_MAX_RECEIVE_COUNT
 from serverless_karpenter.interruption.actions import SPOT_WARNING
 from serverless_karpenter.interruption.usecases import RETRY_FIRST_DELAY_SECONDS
 from serverless_karpenter.lifecycle.model import NodeClaimState
@@ -74,6 +75,35 @@ def test_a_failed_spot_warning_is_retried_within_seconds_and_drains_in_time(
     assert sim.kube.get_node(victim.node_name) is None
     assert sim.settled() and running_pods(sim) == 3
     # One message, received twice, acted on once; nothing dead-lettered, no handler error.
+    final = sim.check_invariants(final=True)
+    assert final.ok, final.violations()
+    assert final.messages_received == final.messages_acted_on == 1
+    assert final.lost_messages == [] and final.messages_parked == 0
+    assert sim.lambdas.errors.get("interruption", 0) == 0
+
+
+def test_a_kubernetes_blip_of_four_failed_receives_does_not_dead_letter_the_warning(sim: Simulation) -> None:
+    # With the queue's old redrive (2 receives), a blip longer than the first 2 s retry sent the warning
+    # to the DLQ and the node was never drained ahead of the reclaim. Now 4 failed receives (2 + 4 + 8 +
+    # 16 s of back-off, about half a minute of API-server trouble) still leave the fifth to act.
+    failing = 4
+    assert failing < INTERRUPTION_MAX_RECEIVE_COUNT
+    run = SpotInterruption.prepare(sim)
+    sim.fault(
+        {
+            "kube": {"verb": "delete", "resource": "nodes", "status": 503},
+            "function": "interruption",
+            "times": failing,
+        }
+    )
+    run.send()
+    for _ in run.follow():
+        pass
+
+    assert sim.faults.total_injected == failing
+    assert run.acted_at is not None and run.acted_at - run.sent_at < SPOT_WARNING.total_seconds()
+    assert run.terminated_at is not None and run.terminated_at - run.sent_at <= SPOT_WARNING.total_seconds()
+    assert sim.kube_server.audit.pdb_violations == 0
     final = sim.check_invariants(final=True)
     assert final.ok, final.violations()
     assert final.messages_received == final.messages_acted_on == 1

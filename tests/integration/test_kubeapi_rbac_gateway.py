@@ -1,6 +1,6 @@
 """The functions' Kubernetes gateway against the simulated API server with RBAC on: their EKS tokens map,
-through the access entry the stack gives their role, to the group deploy/rbac.yaml binds, and each call
-needs its own verb there."""
+through the access entry the stack gives their role, to their own group, which deploy/rbac.yaml binds to
+their own ClusterRole, and each call needs its own verb there."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from serverless_karpenter.adapters.eks_token import TokenSource, presigned_token
 from serverless_karpenter.adapters.kubernetes import KubernetesError, KubernetesGateway, configuration
 from serverless_karpenter.adapters.nodeclass_status import write_status
 from serverless_karpenter.clock import ManualClock
+from serverless_karpenter.naming import kubernetes_group
 from serverless_karpenter_sim.cloud import REGION, SimulatedCloud
 from serverless_karpenter_sim.cluster_access import apply_rbac, grant_function_access, rbac_documents
 from serverless_karpenter_sim.eks_authn import EksTokenAuthenticator, aws_auth_reader
@@ -59,7 +60,7 @@ class Cluster:
     def status_of(self, token: str) -> int:
         api = k8s.CoreV1Api(k8s.ApiClient(client_configuration(self.server.url, token)))
         try:
-            api.list_namespace()
+            api.list_pod_for_all_namespaces(limit=1)  # what even the watcher may do
         except k8s.ApiException as err:
             return int(err.status)
         return 200
@@ -97,10 +98,16 @@ def cluster() -> Iterator[Cluster]:
         cloud.stop()
 
 
-def without(documents: list[dict[str, Any]], group: str, resource: str, verb: str) -> list[dict[str, Any]]:
-    """deploy/rbac.yaml with one verb on one resource taken out of its ClusterRole."""
+def without(
+    documents: list[dict[str, Any]], function: str, group: str, resource: str, verb: str
+) -> list[dict[str, Any]]:
+    """deploy/rbac.yaml with one verb on one resource taken out of ``function``'s ClusterRole."""
     documents = copy.deepcopy(documents)
-    role = next(d for d in documents if d["kind"] == "ClusterRole")
+    role = next(
+        d
+        for d in documents
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == kubernetes_group(function)
+    )
     rules: list[dict[str, Any]] = []
     found = False
     for rule in role["rules"]:
@@ -133,55 +140,97 @@ def write_nodeclass_status(cluster: Cluster, kube: KubernetesGateway) -> None:
         raise KubernetesError("the status write failed", 403)
 
 
-# (apiGroup, resource, verb) of deploy/rbac.yaml -> the gateway call that needs it
-CALLS: dict[tuple[str, str, str], Callable[[Cluster, KubernetesGateway], object]] = {
-    ("", "pods", "list"): lambda c, kube: kube.list_pending_pods(),
-    ("", "pods/eviction", "create"): lambda c, kube: kube.evict(pod()),
-    ("", "pods", "delete"): lambda c, kube: kube.delete_pod(pod()),
-    ("", "nodes", "patch"): lambda c, kube: kube.patch_node("n1", {"metadata": {"labels": {"a": "b"}}}),
-    ("", "nodes", "get"): lambda c, kube: kube.get_node("n1"),
-    ("", "nodes", "delete"): lambda c, kube: kube.delete_node("n1"),
-    ("karpenter.sh", "nodepools", "list"): lambda c, kube: kube.list_nodepools(),
-    ("storage.k8s.io", "csinodes", "list"): lambda c, kube: kube.list_csi_nodes(),
-    ("karpenter.k8s.aws", "ec2nodeclasses/status", "patch"): write_nodeclass_status,
+# (function, apiGroup, resource, verb) of deploy/rbac.yaml -> the gateway call that needs it
+CALLS: dict[tuple[str, str, str, str], Callable[[Cluster, KubernetesGateway], object]] = {
+    ("watcher", "", "pods", "list"): lambda c, kube: kube.list_pending_pods(),
+    ("termination", "", "pods/eviction", "create"): lambda c, kube: kube.evict(pod()),
+    ("termination", "", "pods", "delete"): lambda c, kube: kube.delete_pod(pod()),
+    ("termination", "", "nodes", "patch"): lambda c, kube: kube.patch_node(
+        "n1", {"metadata": {"labels": {"a": "b"}}}
+    ),
+    ("provisioner", "", "nodes", "get"): lambda c, kube: kube.get_node("n1"),
+    ("provisioner", "storage.k8s.io", "csinodes", "list"): lambda c, kube: kube.list_csi_nodes(),
+    ("interruption", "", "nodes", "delete"): lambda c, kube: kube.delete_node("n1"),
+    ("disruption", "karpenter.sh", "nodepools", "list"): lambda c, kube: kube.list_nodepools(),
+    ("provisioner", "karpenter.k8s.aws", "ec2nodeclasses/status", "patch"): write_nodeclass_status,
+}
+# Whatever else the function may do, to show the rest of its role still holds.
+STILL_ALLOWED: dict[str, Callable[[KubernetesGateway], object]] = {
+    "watcher": lambda kube: kube.api_client,  # it holds nothing else but the pods' list and watch
+    "provisioner": lambda kube: kube.list_nodes(),
+    "interruption": lambda kube: kube.get_node("n1"),
+    "disruption": lambda kube: kube.list_nodes(),
+    "termination": lambda kube: kube.list_nodes(),
 }
 
 
-@pytest.mark.parametrize("permission", list(CALLS), ids=lambda p: f"{p[2]}-{p[1]}")
+@pytest.mark.parametrize("permission", list(CALLS), ids=lambda p: f"{p[0]}-{p[3]}-{p[2]}")
 def test_each_call_needs_its_verb_in_deploy_rbac_yaml(
-    cluster: Cluster, permission: tuple[str, str, str]
+    cluster: Cluster, permission: tuple[str, str, str, str]
 ) -> None:
+    function = permission[0]
     apply_rbac(cluster.admin, without(rbac_documents(), *permission))
-    kube = cluster.gateway()
+    kube = cluster.gateway(function)
     with pytest.raises(KubernetesError) as err:
         CALLS[permission](cluster, kube)
     assert err.value.status == 403
-    assert kube.list_nodes()  # the rest of the role still holds
+    STILL_ALLOWED[function](kube)
 
 
-@pytest.mark.parametrize("permission", list(CALLS), ids=lambda p: f"{p[2]}-{p[1]}")
-def test_each_call_is_allowed_by_deploy_rbac_yaml(cluster: Cluster, permission: tuple[str, str, str]) -> None:
+@pytest.mark.parametrize("permission", list(CALLS), ids=lambda p: f"{p[0]}-{p[3]}-{p[2]}")
+def test_each_call_is_allowed_by_deploy_rbac_yaml(
+    cluster: Cluster, permission: tuple[str, str, str, str]
+) -> None:
     apply_rbac(cluster.admin)
-    CALLS[permission](cluster, cluster.gateway())
+    CALLS[permission](cluster, cluster.gateway(permission[0]))
+
+
+WATCHER_REFUSED: dict[str, Callable[[KubernetesGateway], object]] = {
+    "delete a node": lambda kube: kube.delete_node("n1"),
+    "patch a node": lambda kube: kube.patch_node("n1", {"metadata": {"labels": {"a": "b"}}}),
+    "evict a pod": lambda kube: kube.evict(pod()),
+    "delete a pod": lambda kube: kube.delete_pod(pod()),
+    "list nodes": lambda kube: kube.list_nodes(),
+    "get a node": lambda kube: kube.get_node("n1"),
+}
+
+
+@pytest.mark.parametrize("call", list(WATCHER_REFUSED))
+def test_the_watcher_may_list_and_watch_pods_and_nothing_else(cluster: Cluster, call: str) -> None:
+    # With one group for all five functions, the watcher could delete nodes.
+    apply_rbac(cluster.admin)
+    kube = cluster.gateway("watcher")
+    with pytest.raises(KubernetesError) as err:
+        WATCHER_REFUSED[call](kube)
+    assert err.value.status == 403
+    kube.list_pending_pods()
 
 
 def test_the_nodeclass_status_is_written_with_the_fixed_role_only(cluster: Cluster) -> None:
     # The ClusterRole before the fix granted only list on ec2nodeclasses: the status was never written.
     apply_rbac(
-        cluster.admin, without(rbac_documents(), "karpenter.k8s.aws", "ec2nodeclasses/status", "patch")
+        cluster.admin,
+        without(rbac_documents(), "provisioner", "karpenter.k8s.aws", "ec2nodeclasses/status", "patch"),
     )
     kube = cluster.gateway()
     assert not write_status(kube, nodeclass(cluster), None, NODECLASS_ERROR, cluster.clock.now())
     assert "status" not in nodeclass(cluster)
-    k8s.RbacAuthorizationV1Api(cluster.admin).delete_cluster_role("serverless-karpenter")
-    apply_rbac(cluster.admin, [d for d in rbac_documents() if d["kind"] == "ClusterRole"])
+    k8s.RbacAuthorizationV1Api(cluster.admin).delete_cluster_role(kubernetes_group("provisioner"))
+    apply_rbac(
+        cluster.admin,
+        [
+            d
+            for d in rbac_documents()
+            if d["kind"] == "ClusterRole" and d["metadata"]["name"] == kubernetes_group("provisioner")
+        ],
+    )
     assert write_status(kube, nodeclass(cluster), None, NODECLASS_ERROR, cluster.clock.now())
     ready = next(c for c in nodeclass(cluster)["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["message"] == NODECLASS_ERROR
 
 
 def test_a_denied_call_gets_kube_apiservers_forbidden_status(cluster: Cluster) -> None:
-    apply_rbac(cluster.admin, without(rbac_documents(), "", "pods/eviction", "create"))
+    apply_rbac(cluster.admin, without(rbac_documents(), "termination", "", "pods/eviction", "create"))
     kube = cluster.gateway("termination")
     with pytest.raises(k8s.ApiException) as err:
         k8s.CoreV1Api(kube.api_client).create_namespaced_pod_eviction(
@@ -207,7 +256,8 @@ def test_functions_may_not_change_their_own_permissions(cluster: Cluster) -> Non
     rbac = k8s.RbacAuthorizationV1Api(cluster.gateway().api_client)
     with pytest.raises(k8s.ApiException) as err:
         rbac.patch_cluster_role(
-            "serverless-karpenter", {"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}
+            kubernetes_group("provisioner"),
+            {"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]},
         )
     assert err.value.status == 403
 
@@ -221,6 +271,8 @@ def test_tokens_the_cluster_cannot_trust_are_unauthorized(cluster: Cluster) -> N
     assert cluster.status_of("some-static-token-nobody-issued") == 401
     # Signed for another cluster: the x-k8s-aws-id header the signature covers does not match.
     assert cluster.status_of(presigned_token("another-cluster", REGION, cluster.session(credentials))) == 401
+    # Presigned against another partition's STS (China's, under amazonaws.com.cn): not this cluster's.
+    assert cluster.status_of(presigned_token(CLUSTER, "cn-north-1", cluster.session(credentials))) == 401
     # Signed with a secret that is not the key's.
     forged = {**credentials, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
     assert cluster.status_of(presigned_token(CLUSTER, REGION, cluster.session(forged))) == 401
@@ -262,6 +314,6 @@ def test_the_cluster_creator_applies_deploy_rbac_yaml(cluster: Cluster) -> None:
     operator = presigned_token(CLUSTER, REGION, boto3.session.Session(region_name=REGION))
     api = k8s.ApiClient(client_configuration(cluster.server.url, operator))
     apply_rbac(api)
-    role = k8s.RbacAuthorizationV1Api(api).read_cluster_role("serverless-karpenter")
+    role = k8s.RbacAuthorizationV1Api(api).read_cluster_role(kubernetes_group("provisioner"))
     assert {"ec2nodeclasses/status"} in [set(rule.resources) for rule in role.rules]
     cluster.gateway().list_pending_pods()  # the functions are granted what it holds

@@ -24,9 +24,9 @@ def test_functions_run_with_their_own_identity_and_write_the_nodeclass_status(tm
         sim.start()
         sim.run_for(90)
         rbac = k8s.RbacAuthorizationV1Api(sim.api_client)
-        assert (
-            rbac.read_cluster_role_binding("serverless-karpenter").subjects[0].name == "serverless-karpenter"
-        )
+        for function in FUNCTION_NAMES:
+            group = naming.kubernetes_group(function)
+            assert rbac.read_cluster_role_binding(group).subjects[0].name == group
         name = nodeclass()["metadata"]["name"]
         status = k8s.CustomObjectsApi(sim.api_client).get_cluster_custom_object(
             "karpenter.k8s.aws", "v1", "ec2nodeclasses", name
@@ -45,6 +45,7 @@ def test_functions_run_with_their_own_identity_and_write_the_nodeclass_status(tm
             assert user is not None
             session = sim.stack.outputs[naming.function_output(function)]
             assert user.name.endswith(f":assumed-role/{sim.cluster_name}-{function}-role/{session}")
-            assert "serverless-karpenter" in user.groups and "system:masters" not in user.groups
+            # Its own group only: no function acts with another's verbs.
+            assert set(user.groups) - {"system:authenticated"} == {naming.kubernetes_group(function)}
     finally:
         sim.stop()

@@ -46,6 +46,22 @@ def test_token_is_a_presigned_get_caller_identity_url_for_the_cluster(aws: None)
     assert query["X-Amz-Credential"][0].split("/")[2:4] == ["eu-west-1", "sts"]
 
 
+@pytest.mark.parametrize(
+    ("region", "host"),
+    [
+        ("cn-north-1", "sts.cn-north-1.amazonaws.com.cn"),
+        ("cn-northwest-1", "sts.cn-northwest-1.amazonaws.com.cn"),
+        ("us-gov-west-1", "sts.us-gov-west-1.amazonaws.com"),
+        ("us-iso-east-1", "sts.us-iso-east-1.c2s.ic.gov"),
+    ],
+)
+def test_token_names_sts_under_the_partitions_dns_suffix(aws: None, region: str, host: str) -> None:
+    # A China cluster's authenticator accepts only STS hosts under amazonaws.com.cn.
+    url = urllib.parse.urlparse(decode_token(presigned_token("prod-blue", region)))
+    assert url.netloc == host
+    assert urllib.parse.parse_qs(url.query)["X-Amz-Credential"][0].split("/")[2:4] == [region, "sts"]
+
+
 def test_token_is_refreshed_before_its_fifteen_minutes_run_out(monkeypatch: pytest.MonkeyPatch) -> None:
     issued: list[int] = []
 

@@ -1,6 +1,6 @@
 """Numbers the CDK stack deploys the functions and the interruption queue with, which the local simulator
-must reproduce: each function's timeout, and the interruption queue's visibility timeout, redrive and
-retention.
+must reproduce: each function's timeout, and the interruption queue's visibility timeout, redrive,
+retention and concurrency.
 
 They live in the core, not in ``infra/``, because the simulator ships without CDK but with the core: the
 stack (``infra/functions.py``, ``infra/interruption.py``) and the simulator (``lambdas.py``, ``cloud.py``)
@@ -21,8 +21,8 @@ FUNCTION_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
     {
         "watcher": 90,
         "provisioner": 300,
-        # 20 s, not 60 s: the queue keeps messages 300 s (Karpenter's value), and with 6 x timeout
-        # visibility a crashed message must be retried once and then reach the DLQ inside those 300 s.
+        # 20 s, not 60 s: with 6 x timeout visibility, a message whose every invocation crashed must be
+        # received 5 times and reach the DLQ inside the queue's retention (below).
         "interruption": 20,
         "disruption": 300,
         "termination": 300,
@@ -40,8 +40,33 @@ def queue_visibility_timeout_seconds(function_name: str) -> int:
 
 
 INTERRUPTION_VISIBILITY_TIMEOUT_SECONDS = queue_visibility_timeout_seconds("interruption")
-# Two receives: a message whose handler crashed (no batch response, so it stays hidden for the whole
-# visibility timeout) is tried once more, then dead-lettered, both before the retention drops it.
-INTERRUPTION_MAX_RECEIVE_COUNT = 2
-# Karpenter's value: a spot warning is stale after two minutes.
-INTERRUPTION_RETENTION_SECONDS = 300
+# AWS's guidance for an SQS event source's redrive policy ("set maxReceiveCount to at least 5"): a failed
+# or throttled batch is received again, and each receive counts, so fewer lets a blip of a few seconds
+# (a Kubernetes 5xx, a throttled call, a lost write race) dead-letter a live spot warning.
+MIN_RECEIVES_BEFORE_DEAD_LETTER = 5
+INTERRUPTION_MAX_RECEIVE_COUNT = MIN_RECEIVES_BEFORE_DEAD_LETTER
+# A message must reach the DLQ (and its alarm) before the queue drops it: after a crash it stays hidden
+# for the whole visibility timeout at each of its receives, 5 x 120 s = 600 s in the worst case, so the
+# 300 s Karpenter keeps a message for cannot hold 5 receives. 900 s holds them with one more visibility
+# timeout to spare for the pollers' back-off. A late message is still acted on correctly: an instance
+# already gone is cleaned up, a rebalance or scheduled change is still ahead.
+INTERRUPTION_RETENTION_SECONDS = 900
+# Concurrent batches the interruption queue's event source may run (its MaximumConcurrency), and the
+# function's reserved concurrency with it: the event source is the function's only invoker, so it is
+# never throttled, neither by itself nor by the account's other functions.
+INTERRUPTION_CONCURRENCY = 5
+
+
+def reaches_dead_letter_before_expiry(
+    visibility_seconds: int, max_receive_count: int, retention: int
+) -> bool:
+    """Whether a message hidden for the whole visibility timeout at each of its receives (the slowest
+    path: every invocation crashed) is moved to the DLQ, with one visibility timeout to spare, before
+    the queue's retention drops it."""
+    return (max_receive_count + 1) * visibility_seconds <= retention
+
+
+# The reason the termination function's one-minute schedule puts in the message it sends to the
+# termination-work queue (the queue is the function's only trigger); a drain's own re-queued messages
+# carry another.
+TERMINATION_SCHEDULED_PASS = "schedule"

@@ -13,8 +13,6 @@ STACK_NAME_PREFIX = "ServerlessKarpenter"
 # Tag the stack puts on every resource it creates.
 CLUSTER_TAG = "serverless-karpenter/cluster"
 FUNCTION_NAMES = ("watcher", "provisioner", "interruption", "disruption", "termination")
-# The Kubernetes group the functions' EKS access entries map their roles to; deploy/rbac.yaml binds it.
-KUBERNETES_GROUP = "serverless-karpenter"
 DEFAULT_NODE_ROLE_NAME = "KarpenterNodeRole-{clusterName}"  # what Karpenter's own template creates
 # EC2 needs it to request spot capacity; an account gets it on its first spot request, unless the caller
 # may not create it (ServiceLinkedRoleCreationNotPermitted).
@@ -30,6 +28,14 @@ class StackOutput(StrEnum):
     TERMINATION_QUEUE_URL = "TerminationQueueUrl"
     DASHBOARD_NAME = "DashboardName"
     ALARM_TOPIC_ARN = "AlarmTopicArn"
+
+
+def kubernetes_group(function_name: str) -> str:
+    """The Kubernetes group a function's EKS access entry maps its role to: one per function, each bound
+    by deploy/rbac.yaml to a ClusterRole of the same name with only that function's verbs."""
+    if function_name not in FUNCTION_NAMES:
+        raise KeyError(f"no function {function_name!r}")
+    return f"serverless-karpenter-{function_name}"
 
 
 def stack_name(cluster_name: str) -> str:

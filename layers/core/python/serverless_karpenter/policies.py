@@ -31,10 +31,10 @@ from serverless_karpenter.api import labels
 Statement = dict[str, Any]
 
 # Read-only EC2 calls the catalog, launch and reconcile code makes. EC2 has no resource-level
-# permissions for Describe*, so they are granted on "*" and limited to the stack's region.
+# permissions for Describe*, so they are granted on "*" and limited to the stack's region. Only what the
+# code calls: no DescribeCapacityReservations while capacityReservationSelectorTerms are not resolved.
 EC2_DESCRIBE_ACTIONS = (
     "ec2:DescribeAvailabilityZones",
-    "ec2:DescribeCapacityReservations",
     "ec2:DescribeImages",
     "ec2:DescribeInstances",
     "ec2:DescribeInstanceTypeOfferings",
@@ -44,13 +44,10 @@ EC2_DESCRIBE_ACTIONS = (
     "ec2:DescribeSpotPriceHistory",
     "ec2:DescribeSubnets",
 )
-# Every item call the store and Powertools Idempotency make; no Scan, no table management.
+# Every item call the store, the persisted catalog, the unavailable-offerings cache and Powertools
+# Idempotency make; no batch or transaction calls, no Scan, no DescribeTable or other table management.
 STATE_ACTIONS = (
-    "dynamodb:BatchGetItem",
-    "dynamodb:BatchWriteItem",
-    "dynamodb:ConditionCheckItem",
     "dynamodb:DeleteItem",
-    "dynamodb:DescribeTable",
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:Query",
@@ -75,10 +72,11 @@ INSTANCE_LIKE_RESOURCE_TYPES = tuple(t for t in CREATED_LAUNCH_RESOURCE_TYPES if
 PRE_EXISTING_LAUNCH_RESOURCES_SID = "AllowLaunchWithExistingImagesSubnetsAndSecurityGroups"
 # The China partition's EC2 service principal as well, as in Karpenter's policy.
 EC2_SERVICE_PRINCIPALS = ("ec2.amazonaws.com", "ec2.amazonaws.com.cn")
+# A spec.role's profile is created once and kept on the node class's role, swapped in place when the role
+# changes; nothing deletes one, so iam:DeleteInstanceProfile is not granted (see infra/README.md).
 INSTANCE_PROFILE_ACTIONS = (
     "iam:AddRoleToInstanceProfile",
     "iam:RemoveRoleFromInstanceProfile",
-    "iam:DeleteInstanceProfile",
 )
 SEND_TERMINATION_WORK_ACTIONS = ("sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes")
 

@@ -2,16 +2,23 @@
 
 Presigning is local (no call to STS), so it works in the simulator with dummy credentials, and a
 token is good for 15 minutes; :class:`TokenSource` refreshes it a minute before that.
+
+The URL names the regional STS endpoint under the region's partition's DNS suffix, as botocore's
+partition data has it: ``amazonaws.com``, ``amazonaws.com.cn`` in the China regions, and so on. EKS's
+authenticator accepts only its own partition's STS hosts.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import boto3
+from botocore.loaders import create_loader
 from botocore.model import ServiceId
+from botocore.regions import EndpointResolver
 from botocore.signers import RequestSigner
 
 from serverless_karpenter.adapters import aws
@@ -23,6 +30,22 @@ TOKEN_LIFETIME = timedelta(minutes=15)
 REFRESH_BEFORE = timedelta(minutes=1)
 
 
+@functools.cache
+def _endpoint_resolver() -> EndpointResolver:
+    # botocore's own endpoints data, loaded once, on the first token: not at import.
+    return EndpointResolver(create_loader().load_data("endpoints"))
+
+
+def sts_host(region: str) -> str:
+    """The regional STS endpoint's host, in ``region``'s partition (``sts.cn-north-1.amazonaws.com.cn``).
+
+    A region botocore does not list yet is placed in its partition by the partition's region pattern.
+    """
+    resolver = _endpoint_resolver()
+    partition = resolver.get_partition_for_region(region)
+    return f"sts.{region}.{resolver.get_partition_dns_suffix(partition)}"
+
+
 def presigned_token(cluster_name: str, region: str, session: boto3.session.Session | None = None) -> str:
     session = session or aws.shared_session(region)
     credentials = session.get_credentials()
@@ -31,7 +54,7 @@ def presigned_token(cluster_name: str, region: str, session: boto3.session.Sessi
     signer = RequestSigner(ServiceId("sts"), region, "sts", "v4", credentials, session.events)
     request = {
         "method": "GET",
-        "url": f"https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15",
+        "url": f"https://{sts_host(region)}/?Action=GetCallerIdentity&Version=2011-06-15",
         "body": {},
         "headers": {CLUSTER_ID_HEADER: cluster_name},
         "context": {},
