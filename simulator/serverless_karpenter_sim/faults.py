@@ -479,9 +479,12 @@ class FaultInjector:
 
     def _hook_clients(self) -> None:
         """Hook the clients the control plane and the handler modules already hold."""
+        from serverless_karpenter.adapters import aws
+
         holders: list[Any] = self._planes()
         for module in self.sim.lambdas.handlers.values():
             holders.extend(vars(module).values())
+        holders.extend(aws.cached_clients())
         for holder in holders:
             for client in _clients_in(holder):
                 if id(client) not in self._hooked:

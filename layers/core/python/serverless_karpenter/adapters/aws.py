@@ -76,18 +76,30 @@ def use_credentials(credentials: Credentials | None) -> None:
     reset_sessions()
 
 
-@cache
+# The process's clients, by (service, region, has_fallback).
+_clients: dict[tuple[str, str, bool], Any] = {}
+
+
 def client(service: str, region: str, *, has_fallback: bool = False) -> Any:
     """The process's client for ``service`` in ``region``, made once and reused by every warm
     invocation: creating one builds its whole class (an EC2 client's ~600 operations), which costs more
     than most calls made with it. botocore clients are thread-safe.
 
     ``has_fallback``: the caller does without the answer (:data:`FALLBACK_CONFIG`)."""
-    config = FALLBACK_CONFIG if has_fallback else RETRY_CONFIG
-    return _session(region).client(service, config=config)  # type: ignore[call-overload]
+    key = (service, region, has_fallback)
+    found = _clients.get(key)
+    if found is None:
+        config = FALLBACK_CONFIG if has_fallback else RETRY_CONFIG
+        found = _clients[key] = _session(region).client(service, config=config)  # type: ignore[call-overload]
+    return found
+
+
+def cached_clients() -> list[Any]:
+    """The clients :func:`client` has made (the simulator hooks its faults into them)."""
+    return list(_clients.values())
 
 
 def reset_sessions() -> None:
     """Forget cached sessions and clients (the simulator changes endpoints between runs)."""
     _session.cache_clear()
-    client.cache_clear()
+    _clients.clear()
