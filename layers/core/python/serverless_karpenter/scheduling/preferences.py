@@ -14,7 +14,7 @@ placed, one relaxation is applied and the pod is tried again (``preferences.go``
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,8 @@ from serverless_karpenter.scheduling.topology import (
 )
 from serverless_karpenter.scheduling.volumes import VolumeIndex, volume_requirements
 from serverless_karpenter.scheduling.volumeusage import Volumes, pod_volumes
+
+_ONE_PASS = (0,)
 
 
 @dataclass(eq=False)
@@ -89,10 +91,15 @@ class PodState:
             base = base.merged(self.volume_alternatives[self.volume_choice])
         return base.merged(self.preferred_node[0]) if self.preferred_node else base
 
-    def volume_choices(self) -> Iterator[int]:
+    def volume_choices(self) -> Iterable[int]:
         """Make each volume alternative current in turn (one pass when there are none): a node takes the
         pod under the first it can meet, as Karpenter's ``CanAdd``. Stopping early keeps that one."""
-        for choice in range(max(1, len(self.volume_alternatives))):
+        if not self.volume_alternatives:
+            return _ONE_PASS  # the hot path: no generator for the pods without volume alternatives
+        return self._each_volume_choice()
+
+    def _each_volume_choice(self) -> Iterator[int]:
+        for choice in range(len(self.volume_alternatives)):
             self.volume_choice = choice
             yield choice
 

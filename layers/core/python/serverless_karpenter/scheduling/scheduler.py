@@ -27,6 +27,7 @@ from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.daemonsets import NO_DAEMONS, DaemonGroup, group_of, template_terms
 from serverless_karpenter.scheduling.dra import DRA_ERROR, has_dra_requirements
+from serverless_karpenter.scheduling.gc_pause import without_gc_pauses
 from serverless_karpenter.scheduling.hostports import HostPort, conflict, host_ports
 from serverless_karpenter.scheduling.hostports import describe as describe_port
 from serverless_karpenter.scheduling.preferences import PodState, link, prepare, restricted_requirement
@@ -438,6 +439,10 @@ class _Pool:
         self.views = [
             _TypeView(it, groups[g]) for it, g in zip(template.instance_types, of_type, strict=True)
         ]
+        # With one DaemonSet group (the usual case) every type's overhead is the same, known at once.
+        self.one_overhead: resources.ResourceList | None = (
+            dict(groups[0].overhead) if len(groups) == 1 else {} if not groups else None
+        )
         self._compatible: dict[Requirements, tuple[list[_TypeView], frozenset[int]]] = {}
 
     def compatible(self, requirements: Requirements) -> tuple[list[_TypeView], frozenset[int]]:
@@ -651,6 +656,7 @@ class Scheduler:
 
     # -- solve -------------------------------------------------------------------------------------
 
+    @without_gc_pauses
     def solve(self, pending: Sequence[Mapping[str, Any]]) -> SchedulingResult:
         states = [
             prepare(pod, self.topology, namespace_labels=self._namespaces, volumes=self._volumes)
@@ -704,7 +710,7 @@ class Scheduler:
             if entry.reserved:
                 entry.claim.requirements = reserved_requirements(entry.claim.requirements, entry.reserved)
             entry.claim.instance_types = self._launch_options(entry, rankings)
-            entry.claim.daemon_overhead = _least_overhead(entry.views)
+            entry.claim.daemon_overhead = _least_overhead(entry.views, entry.pool)
         return SchedulingResult(
             new_nodeclaims=self._new,
             existing={e.capacity.name: e.capacity.pods for e in existing if e.capacity.pods},
@@ -982,7 +988,7 @@ class Scheduler:
             requirements=merged,
             labels=dict(template.labels),
             taints=template.taints,
-            daemon_overhead=_least_overhead(fitting),
+            daemon_overhead=_least_overhead(fitting, pool),
             pod_requests=dict(state.requests),
             instance_types=[],
             pods=[state.key],
@@ -1174,8 +1180,10 @@ def _no_type_reason(pool: _Pool, requirements: Requirements) -> str:
     return f'no instance type in nodepool "{name}" satisfies all of {_describe(requirements)} at once'
 
 
-def _least_overhead(views: Sequence[_TypeView]) -> resources.ResourceList:
+def _least_overhead(views: Sequence[_TypeView], pool: _Pool | None = None) -> resources.ResourceList:
     """The least DaemonSet overhead among the views (per distinct group, as Karpenter's minimum)."""
+    if pool is not None and pool.one_overhead is not None:
+        return dict(pool.one_overhead)
     groups = {id(v.daemons): v.daemons.overhead for v in views}
     return resources.minimum(groups.values())
 

@@ -26,6 +26,7 @@ proven lower bound.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,7 @@ from typing import Any
 
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.gc_pause import without_gc_pauses
 from serverless_karpenter.scheduling.hostports import HostPort, conflict
 from serverless_karpenter.scheduling.preferences import PodState
 from serverless_karpenter.scheduling.requirements import Requirement, Requirements
@@ -167,12 +169,18 @@ def _pod_zones(
     preferred node affinity term unless relaxed)."""
     if zone_bound or pool is None:
         return _claim_zones(claim)
-    allowed = pool.requirements.get(wk.ZONE).intersection(state.node_requirements().get(wk.ZONE))
+    allowed = _zone_intersection(pool.requirements.get(wk.ZONE), state.node_requirements().get(wk.ZONE))
     if allowed.operator() == "In":
         return allowed.values()
     if allowed.operator() == "Exists":
         return None
     return _claim_zones(claim)
+
+
+@functools.lru_cache(maxsize=1024)
+def _zone_intersection(pool_zones: Requirement, pod_zones: Requirement) -> Requirement:
+    """Thousands of pods share a few zone rules: each intersection is worked out once."""
+    return pool_zones.intersection(pod_zones)
 
 
 def _zones_mergeable(claim: NewNodeClaim) -> bool:
@@ -185,6 +193,7 @@ def _group_key(claim: NewNodeClaim) -> tuple[str, frozenset[Requirement]]:
     return claim.nodepool, frozenset(r for key, r in claim.requirements.items() if key not in dropped)
 
 
+@without_gc_pauses
 def improve(
     result: SchedulingResult,
     templates: Sequence[NodePoolTemplate],
