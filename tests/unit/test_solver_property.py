@@ -9,6 +9,7 @@ or instance family, so per instance type) and some binding a host port the pods 
 
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -27,7 +28,8 @@ from serverless_karpenter.solver import claim_cost, improve
 
 from tests.builders import container, pod
 
-MIXES = int(__import__("os").environ.get("SOLVER_MIXES", "1000"))
+# The issue asks for 1,000; SOLVER_MIXES=10000 runs a longer search by hand.
+MIXES = int(os.environ.get("SOLVER_MIXES", "1000"))
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 CPUS = ("100m", "250m", "500m", "1", "2")
 MEMORIES = ("128Mi", "512Mi", "1Gi", "2Gi", "4Gi")
