@@ -601,7 +601,10 @@ class Scheduler:
 
     # -- setup -------------------------------------------------------------------------------------
 
-    def _setup(self, states: list[PodState]) -> list[_Existing]:
+    def register_existing(self, states: list[PodState]) -> list[_Existing]:
+        """Existing capacity and every domain registered, with the counts of the pods already running.
+        Public, with ``topology_narrowing`` and ``record_placement``: ``validate.Replay`` checks a
+        placement with the scheduler's own steps rather than a copy of them."""
         topology = self.topology
         existing: list[_Existing] = []
         bound_states: list[tuple[PodState, _Existing]] = []
@@ -651,7 +654,7 @@ class Scheduler:
         link(states + [s for s, _ in bound_states], topology)
         # Counts start from the pods already running.
         for state, entry in bound_states:
-            self._record(state, entry.domains, entry.capacity.taints, exact=True)
+            self.record_placement(state, entry.domains, entry.capacity.taints, exact=True)
         return existing
 
     # -- solve -------------------------------------------------------------------------------------
@@ -664,7 +667,7 @@ class Scheduler:
         ]
         # A pod with DRA resource claims is refused outright, never relaxed (dra.py).
         refused = {id(state) for state, pod in zip(states, pending, strict=True) if has_dra_requirements(pod)}
-        existing = self._setup(states)
+        existing = self.register_existing(states)
         states.sort(
             key=lambda s: (-s.requests.get(resources.CPU, 0), -s.requests.get(resources.MEMORY, 0), s.key)
         )
@@ -828,7 +831,7 @@ class Scheduler:
         elif node_requirements.matches_labels(entry.domains.single_valued_labels()) is not None:
             return False
         if state.topology_groups():
-            narrowed = self._topology(state, entry.domains, entry.domains, None, explain=False)
+            narrowed = self.topology_narrowing(state, entry.domains, entry.domains, None, explain=False)
             if isinstance(narrowed, str):
                 return False
         capacity.available = resources.subtract(capacity.available, state.requests)
@@ -836,7 +839,7 @@ class Scheduler:
         entry.host_ports.update(state.host_ports)
         if entry.volume_usage is not None:
             entry.volume_usage.add(state.volumes)
-        self._record(state, entry.domains, capacity.taints, exact=True)
+        self.record_placement(state, entry.domains, capacity.taints, exact=True)
         return True
 
     # -- new NodeClaims ----------------------------------------------------------------------------
@@ -868,7 +871,9 @@ class Scheduler:
         merged = claim.requirements.merged(node_requirements)
         if state.topology_groups():
             if known is None:
-                known = self._topology(state, merged, merged, entry.hostname_requirement(), explain=False)
+                known = self.topology_narrowing(
+                    state, merged, merged, entry.hostname_requirement(), explain=False
+                )
                 if memo is not None:
                     memo.put(entry, known)
             narrowed = known
@@ -907,7 +912,7 @@ class Scheduler:
         claim.pods.append(state.key)
         claim.host_ports.update(state.host_ports)
         entry.refresh_room()
-        self._record(state, merged, claim.taints, exact=False, hostname=claim.hostname)
+        self.record_placement(state, merged, claim.taints, exact=False, hostname=claim.hostname)
         return None
 
     def _open_claim(self, pool: _Pool, state: PodState) -> str | None:
@@ -933,7 +938,7 @@ class Scheduler:
             for group in state.topology_groups():
                 if group.key == wk.HOSTNAME:
                     group.register(hostname)
-            narrowed = self._topology(state, merged, merged, _hostname_requirement(hostname))
+            narrowed = self.topology_narrowing(state, merged, merged, _hostname_requirement(hostname))
             if isinstance(narrowed, str):
                 return f'nodepool "{name}": {narrowed}'
             if len(narrowed):
@@ -969,7 +974,7 @@ class Scheduler:
             if not within:
                 return _limits_reason(name, remaining, fitting)
             fitting = within
-        if _zonal_anti_affinity(state):
+        if has_own_zonal_anti_affinity(state):
             merged, fitting = _commit_to_zone(merged, fitting)
         if merged.has_min_values():
             failed = merged.check_min_values([v.it.labels for v in fitting])
@@ -1006,7 +1011,7 @@ class Scheduler:
         self._by_pod_count.setdefault(1, {})[entry] = None
         self._new.append(claim)
         self.topology.register_domain(wk.HOSTNAME, hostname, template.taints)
-        self._record(state, merged, template.taints, exact=False, hostname=hostname)
+        self.record_placement(state, merged, template.taints, exact=False, hostname=hostname)
         return None
 
     def _next_hostname(self) -> str:
@@ -1015,7 +1020,7 @@ class Scheduler:
 
     # -- topology ----------------------------------------------------------------------------------
 
-    def _topology(
+    def topology_narrowing(
         self,
         state: PodState,
         merged: Requirements,
@@ -1052,7 +1057,7 @@ class Scheduler:
             return f"topology narrows to {narrowed}, which the node does not allow"
         return narrowed
 
-    def _record(
+    def record_placement(
         self,
         state: PodState,
         requirements: Requirements,
@@ -1076,7 +1081,7 @@ class Scheduler:
                 group.record(domain)
 
 
-def _zonal_anti_affinity(state: PodState) -> bool:
+def has_own_zonal_anti_affinity(state: PodState) -> bool:
     """Whether the pod has a zonal pod anti-affinity of its own (required, or a preference not yet
     relaxed). Only then does committing its claim to a zone free the others for its peers; a pod merely
     selected by another's keeps every zone it may use, for CreateFleet to choose from."""

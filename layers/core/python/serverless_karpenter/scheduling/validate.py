@@ -10,8 +10,9 @@ the scheduler's own, their topology groups copied without counts into the replay
 
 - taints (``taints.untolerated``), host ports (``hostports.conflict``) and node requirements
   (``Requirements.is_compatible``, then every instance type of the claim against the merged requirements);
-- topology (spread, pod affinity and anti-affinity, both directions) with ``Scheduler._topology`` against
-  the counts so far, a new NodeClaim being the hostname domain of its own placeholder hostname;
+- topology (spread, pod affinity and anti-affinity, both directions) with
+  ``Scheduler.topology_narrowing`` against the counts so far, a new NodeClaim being the hostname domain
+  of its own placeholder hostname;
 - and, per new NodeClaim, that its pods' requests plus the DaemonSet overhead fit every instance type it
   carries, and that those types meet the claim's minValues.
 
@@ -40,7 +41,7 @@ from serverless_karpenter.scheduling.scheduler import (
     NodePoolTemplate,
     Scheduler,
     SchedulingResult,
-    _zonal_anti_affinity,
+    has_own_zonal_anti_affinity,
     instance_type_mismatch,
 )
 from serverless_karpenter.scheduling.taints import untolerated
@@ -273,7 +274,7 @@ class Replay:
         topology = scheduler.topology
         states = self.states
         out: list[Violation] = []
-        entries = {e.capacity.name: e for e in scheduler._setup(list(states.values()))}
+        entries = {e.capacity.name: e for e in scheduler.register_existing(list(states.values()))}
 
         where: dict[str, int] = {}  # pod key -> index of its new NodeClaim
         for index, claim in enumerate(result.new_nodeclaims):
@@ -336,7 +337,7 @@ class Replay:
                 if reason is not None:
                     out.append(Violation(key, on, reason))
                 entry.host_ports.update(state.host_ports)
-                scheduler._record(state, entry.domains, entry.capacity.taints, exact=True)
+                scheduler.record_placement(state, entry.domains, entry.capacity.taints, exact=True)
                 continue
             index = where[key]
             claim = result.new_nodeclaims[index]
@@ -360,20 +361,20 @@ class Replay:
             if merged is None:
                 merged = current
             if state.topology_groups() and (only is None or key in only):
-                narrowed = scheduler._topology(state, merged, merged, hostname_requirements[index])
+                narrowed = scheduler.topology_narrowing(state, merged, merged, hostname_requirements[index])
                 if isinstance(narrowed, str):
                     out.append(Violation(key, node, narrowed, index))
                 elif len(narrowed):
                     merged = merged.merged(narrowed)
             if index not in opened:
                 opened.add(index)
-                if index not in fixed and _zonal_anti_affinity(state):
+                if index not in fixed and has_own_zonal_anti_affinity(state):
                     # The scheduler commits the claim a pod with its own zonal anti-affinity opens to
                     # one zone (``_commit_to_zone``): the claim's final one.
                     merged = merged.add(claim.requirements.get(wk.ZONE))
             requirements[index] = merged
             ports[index].update(state.host_ports)
-            scheduler._record(state, merged, claim.taints, exact=False, hostname=hostnames[index])
+            scheduler.record_placement(state, merged, claim.taints, exact=False, hostname=hostnames[index])
 
         for index in sorted(checked):
             if index < len(result.new_nodeclaims):
@@ -484,7 +485,7 @@ def _existing_reason(
         if mismatch is not None:
             return f"node requirements: {mismatch}"
     if state.topology_groups():
-        narrowed = scheduler._topology(state, domains, domains, None)
+        narrowed = scheduler.topology_narrowing(state, domains, domains, None)
         if isinstance(narrowed, str):
             return narrowed
     return None
