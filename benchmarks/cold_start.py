@@ -4,7 +4,9 @@ Each handler is imported in a fresh interpreter (``python -X importtime -c "impo
 environment Lambda gives it: the function's code directory first on the path, then the core layer, then
 the dependencies (this virtualenv's site-packages stands for the dependency layer), the runtime's own
 variables and the ones the stack sets (``infra/functions.py``: the Settings fields and ``POWERTOOLS_*``).
-The figure is the handler module's cumulative import time from ``-X importtime``, best of ``--runs``.
+The figure is the handler module's cumulative import time from ``-X importtime``, best of ``--runs``;
+``cpu_seconds`` is the whole child process's CPU time (interpreter start-up included), steadier than the
+wall clock on a shared host.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -92,8 +95,10 @@ def measure_handler(function: str, runs: int = 3, *, trace_disabled: bool = Fals
     """Best of ``runs`` fresh imports of one handler."""
     env = lambda_environment(function, trace_disabled=trace_disabled)
     samples: list[float] = []
+    cpu_samples: list[float] = []
     heaviest: list[tuple[str, float]] = []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         result = subprocess.run(
             [sys.executable, "-X", "importtime", "-c", "import handler"],
             env=env,
@@ -102,6 +107,8 @@ def measure_handler(function: str, runs: int = 3, *, trace_disabled: bool = Fals
             text=True,
             check=False,
         )
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_samples.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
         if result.returncode != 0:
             raise RuntimeError(f"importing {function}'s handler failed:\n{result.stderr[-4000:]}")
         seconds, children = parse_importtime(result.stderr)
@@ -111,6 +118,7 @@ def measure_handler(function: str, runs: int = 3, *, trace_disabled: bool = Fals
     return {
         "seconds": round(min(samples), 4),
         "samples": [round(s, 4) for s in samples],
+        "cpu_seconds": round(min(cpu_samples), 4),
         "heaviest_imports": {name: round(s, 4) for name, s in heaviest},
     }
 

@@ -8,7 +8,8 @@ from benchmarks import cold_start
 def test_one_handler_is_measured_in_a_fresh_lambda_like_process() -> None:
     figures = cold_start.measure_handler("watcher", runs=1, trace_disabled=True)
 
-    assert set(figures) == {"seconds", "samples", "heaviest_imports"}
+    assert set(figures) == {"seconds", "samples", "cpu_seconds", "heaviest_imports"}
+    assert figures["cpu_seconds"] > 0
     assert len(figures["samples"]) == 1
     assert figures["seconds"] == min(figures["samples"]) > 0
     assert figures["heaviest_imports"]
