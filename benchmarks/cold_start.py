@@ -17,6 +17,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -91,9 +92,16 @@ def parse_importtime(stderr: str) -> tuple[float, list[tuple[str, float]]]:
     return total, children
 
 
-def measure_handler(function: str, runs: int = 3, *, trace_disabled: bool = False) -> dict[str, Any]:
-    """Best of ``runs`` fresh imports of one handler."""
+def measure_handler(
+    function: str, runs: int = 3, *, trace_disabled: bool = False, bytecode: bool = True
+) -> dict[str, Any]:
+    """Best of ``runs`` fresh imports of one handler. Without ``bytecode``, every module is compiled from
+    source, as on Lambda when the layers ship no ``.pyc`` (their /opt is read-only: nothing is cached)."""
     env = lambda_environment(function, trace_disabled=trace_disabled)
+    if not bytecode:
+        # An empty cache prefix: no .pyc is found, none is written.
+        env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="cold-start-")
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     samples: list[float] = []
     cpu_samples: list[float] = []
     heaviest: list[tuple[str, float]] = []
@@ -131,7 +139,7 @@ def host_loop_seconds() -> float:
 
 
 def measure(
-    runs: int = 3, functions: list[str] | None = None, *, trace_disabled: bool = False
+    runs: int = 3, functions: list[str] | None = None, *, trace_disabled: bool = False, bytecode: bool = True
 ) -> dict[str, Any]:
     names = functions or handler_names()
     return {
@@ -139,7 +147,11 @@ def measure(
         "python": ".".join(map(str, sys.version_info[:3])),
         "runs": runs,
         "tracing": "disabled" if trace_disabled else "enabled",
-        "handlers": {name: measure_handler(name, runs, trace_disabled=trace_disabled) for name in names},
+        "bytecode": bytecode,
+        "handlers": {
+            name: measure_handler(name, runs, trace_disabled=trace_disabled, bytecode=bytecode)
+            for name in names
+        },
     }
 
 
@@ -150,12 +162,17 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--trace-disabled", action="store_true", help="with POWERTOOLS_TRACE_DISABLED=true (no X-Ray)"
     )
+    parser.add_argument(
+        "--no-bytecode", action="store_true", help="compile every module from source (no cached .pyc)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON only")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    result = measure(args.runs, args.function, trace_disabled=args.trace_disabled)
+    result = measure(
+        args.runs, args.function, trace_disabled=args.trace_disabled, bytecode=not args.no_bytecode
+    )
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
