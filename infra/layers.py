@@ -14,7 +14,10 @@ from constructs import Construct
 
 from infra.paths import CORE_LAYER_DIR, DEPENDENCY_LAYER_BUILD_SCRIPT, DEPENDENCY_LAYER_DIR, FUNCTIONS_DIR
 
-RUNTIME = lambda_.Runtime.PYTHON_3_12
+# The latest Lambda Python runtime for which every locked dependency has a wheel (pydantic-core and PyYAML,
+# the layer's only compiled ones, publish cp314 aarch64 manylinux wheels): cdk-nag's L1 then holds with no
+# acknowledgment. It moves with layers/dependencies/build.py's PYTHON_VERSION.
+RUNTIME = lambda_.Runtime.PYTHON_3_14
 ARCHITECTURE = lambda_.Architecture.ARM_64
 BYTECODE_EXCLUDES = ["__pycache__/", "*.pyc", "*.pyo"]
 # The dependency layer's asset is layers/dependencies/python only (gitignore syntax: "/*" drops every

@@ -83,10 +83,6 @@ NODE_MANAGED_POLICY_REASON = (
     "KarpenterNodeRole: worker node, CNI, ECR pull-only, SSM); AWS keeps it in step with EKS, which a "
     "copied customer policy would not be"
 )
-RUNTIME_REASON = (
-    "Python 3.12 is deliberate: the dependency layer is built for cp312 arm64 wheels "
-    "(layers/dependencies/build.py); the runtime and the layer build move together, by a reviewed change"
-)
 VPC_ACCESS_REASON = (
     "VPC mode: the Lambda service manages the functions' ENIs with their execution roles; AWS documents "
     "DescribeNetworkInterfaces as working only on '*' and DeleteNetworkInterface as needing every ENI id, "
@@ -177,8 +173,6 @@ def acknowledge_findings(stack: ServerlessKarpenterStack) -> list[NagAcknowledgm
             )
     for role in stack.control_plane.roles.values():
         acknowledged.extend(acknowledge_role_wildcards(stack, role))
-    for function in stack.control_plane.functions.values():
-        acknowledged.append(acknowledge(function, "AwsSolutions-L1", RUNTIME_REASON))
     if stack.network is not None:
         acknowledged.append(
             acknowledge(stack.network.vpc_access_policy, "AwsSolutions-IAM5[Resource::*]", VPC_ACCESS_REASON)

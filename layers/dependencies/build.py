@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the dependency Lambda layer: install the locked runtime dependencies for Python 3.12 on arm64, trim
+"""Build the dependency Lambda layer: install the locked runtime dependencies for Python 3.14 on arm64, trim
 what Lambda does not need, measure the result and refuse to exceed Lambda's size limit.
 
     python layers/dependencies/build.py           # build if requirements.txt changed since the last build
@@ -8,7 +8,7 @@ what Lambda does not need, measure the result and refuse to exceed Lambda's size
 
 requirements.txt is exported from uv.lock by `make lock` (every runtime package with its version and
 hashes), so the layer ships exactly what the tests run. uv installs it for the Lambda's platform, so
-environment markers are evaluated for Python 3.12 on aarch64 Linux, not for the machine that builds.
+environment markers are evaluated for Python 3.14 on aarch64 Linux, not for the machine that builds.
 The install tries uv's cache first, so a second clone on the same machine builds offline; only the
 first build needs the package registry.
 
@@ -35,8 +35,8 @@ REQUIREMENTS = LAYER_DIR / "requirements.txt"
 TARGET = LAYER_DIR / "python"
 STAMP_NAME = ".build-stamp"
 
-PYTHON_VERSION = "3.12"
-# Lambda's Python 3.12 runtime is Amazon Linux 2023 (glibc 2.34) on arm64: it runs every manylinux wheel
+PYTHON_VERSION = "3.14"  # infra/layers.py RUNTIME
+# Lambda's Python 3.14 runtime is Amazon Linux 2023 (glibc 2.34) on arm64: it runs every manylinux wheel
 # up to manylinux_2_34 (manylinux2014 is glibc 2.17).
 PLATFORM = "aarch64-manylinux_2_34"
 
@@ -46,7 +46,7 @@ UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
 # Distributions the layer must not ship, with the reason. Whole distributions are removed through their
 # RECORD, so every top-level module they installed goes with them.
 DROPPED_DISTRIBUTIONS: dict[str, str] = {
-    # The Python 3.12 runtime provides the AWS SDK; aws-xray-sdk pulls botocore in anyway.
+    # The Python 3.14 runtime provides the AWS SDK; aws-xray-sdk pulls botocore in anyway.
     "boto3": "provided by the Lambda runtime",
     "botocore": "provided by the Lambda runtime",
     "s3transfer": "provided by the Lambda runtime",

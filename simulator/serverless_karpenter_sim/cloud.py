@@ -399,7 +399,7 @@ def seed_stack(cloud: SimulatedCloud) -> DeployedStack:
         physical = f"{naming.stack_name(name)}-{function}"
         cloud.client("lambda").create_function(
             FunctionName=physical,
-            Runtime="python3.12",
+            Runtime="python3.14",
             Role=role,
             Handler="handler.lambda_handler",
             Code={"ZipFile": code.getvalue()},

@@ -286,12 +286,12 @@ def test_functions_runtime_architecture_sizes_tracing_logs_and_layers(
     layers = resources_of_type(template, "AWS::Lambda::LayerVersion")
     assert len(layers) == 2
     for layer in layers.values():
-        assert layer["Properties"]["CompatibleRuntimes"] == ["python3.12"]
+        assert layer["Properties"]["CompatibleRuntimes"] == ["python3.14"]
         assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
     for name, (logical_id, function) in functions_by_name(template).items():
         memory, timeout, concurrency, _ = EXPECTED_FUNCTIONS[name]
         props = function["Properties"]
-        assert props["Runtime"] == "python3.12"
+        assert props["Runtime"] == "python3.14"
         assert props["Architectures"] == ["arm64"]
         assert props["Handler"] == "handler.lambda_handler"
         assert props["MemorySize"] == memory, name

@@ -170,7 +170,7 @@ def test_deleted_stack_resource(setup: DoctorSetup, capsys: pytest.CaptureFixtur
     finally:
         lambda_.create_function(
             FunctionName=physical,
-            Runtime="python3.12",
+            Runtime="python3.14",
             Role=setup.stack.function_roles["disruption"],
             Handler="handler.lambda_handler",
             Code={"ZipFile": lambda_zip()},

@@ -387,7 +387,7 @@ def test_gathering_the_network_from_aws(aws: None) -> None:
             kwargs["VpcConfig"] = {"SubnetIds": [private], "SecurityGroupIds": [functions_sg]}
         lambda_.create_function(
             FunctionName=physical,
-            Runtime="python3.12",
+            Runtime="python3.14",
             Role=role,
             Handler="handler.lambda_handler",
             Code={"ZipFile": _zip()},
