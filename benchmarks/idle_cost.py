@@ -47,6 +47,7 @@ PRICES_FILE = Path(__file__).with_name("prices_us_east_1.json")
 HOURS_PER_MONTH = 730  # AWS's pricing pages price a month as 730 hours
 MINUTES_PER_MONTH = HOURS_PER_MONTH * 60
 WARM_UP_SECONDS = 30.0
+WORKLOAD_WARM_UP_SECONDS = 600.0
 CLUSTER = "idle"
 # Each Lambda invocation also writes START, END and REPORT lines to its log group (~350 bytes).
 PLATFORM_LOG_BYTES = 350
@@ -104,18 +105,32 @@ def metric_streams(log_text: str) -> set[tuple[str, str, tuple[tuple[str, str], 
     return streams
 
 
-def simulate(minutes: float) -> SimulatedPeriod:
+def idle_scenario(replicas: int) -> Any:
+    """The ``default`` scenario's NodePool and EC2NodeClass, and its Deployment at ``replicas`` (none: no
+    Deployment, so no node)."""
+    from benchmarks.watcher_requests import idle_scenario as nodepool_only
+
+    scenario = nodepool_only()
+    if not replicas:
+        return scenario
+    from serverless_karpenter_sim.scenario import load_scenario
+
+    (deployment,) = [m for m in load_scenario("default").manifests if m["kind"] == "Deployment"]
+    deployment = {**deployment, "spec": {**deployment["spec"], "replicas": replicas}}
+    return scenario.model_copy(update={"manifests": [*scenario.manifests, deployment]})
+
+
+def simulate(minutes: float, replicas: int = 0) -> SimulatedPeriod:
     from serverless_karpenter.adapters import aws
     from serverless_karpenter.naming import FUNCTION_NAMES
     from serverless_karpenter_sim.simulation import Simulation
 
-    from benchmarks.watcher_requests import idle_scenario
-
     log = io.StringIO()
-    sim = Simulation(idle_scenario(), log=log)
+    sim = Simulation(idle_scenario(replicas), log=log)
     sim.start()
     try:
-        sim.run_for(WARM_UP_SECONDS)
+        # With a workload: its nodes launched, registered and consolidated before the period begins.
+        sim.run_for(WARM_UP_SECONDS if not replicas else WORKLOAD_WARM_UP_SECONDS)
         runs = {name: FunctionRun() for name in FUNCTION_NAMES}
         current: list[str] = []
         # (virtual seconds since the start, wall seconds) of each pass, by function.
@@ -408,20 +423,29 @@ def bill(period: SimulatedPeriod, facts: TemplateFacts, prices: Mapping[str, Any
     }
 
 
-def measure(minutes: float, context: Mapping[str, object] | None = None) -> dict[str, Any]:
+def measure(minutes: float, replicas: int = 0, context: Mapping[str, object] | None = None) -> dict[str, Any]:
     facts = template_facts(synthesize_template(context))
-    return bill(simulate(minutes), facts, load_prices())
+    result = bill(simulate(minutes, replicas), facts, load_prices())
+    result["workload_replicas"] = replicas
+    return result
 
 
 def register(commands: Any) -> None:
     parser = commands.add_parser("idle-cost", help="$ per month of an idle cluster's control plane, by item")
     parser.add_argument("--minutes", type=float, default=60.0, help="idle virtual minutes to simulate")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=0,
+        help="keep the default scenario's Deployment (1 CPU, 1.5Gi a pod) at this many pods: an idle cluster "
+        "with nodes (default 0: no workload, no node)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON only")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    result = measure(args.minutes)
+    result = measure(args.minutes, args.replicas)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
