@@ -94,6 +94,12 @@ class ClusterConfig:
     log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS
     log_level: str = DEFAULT_LOG_LEVEL
     alarm_email: str | None = None
+    # X-Ray on every function. Off by default: Lambda traces every invocation at our rates (its sampling,
+    # 1 a second and 5% beyond, is not configurable), ~175,000 traces a month for an idle cluster.
+    tracing: bool = False
+    # The CloudWatch dashboard: $3 a month, or free as one of the account's first 3 dashboards. -c
+    # dashboard=false leaves it out (a fourth cluster's, say); the alarms stay.
+    dashboard: bool = True
     account: str | None = None
     region: str | None = None
     # None: the functions run outside any VPC (the cluster's endpoint must be public to 0.0.0.0/0).
@@ -339,6 +345,8 @@ def read_cluster_configs(get: ContextGetter) -> list[ClusterConfig]:
                 log_retention_days=retention,
                 log_level=log_level,
                 alarm_email=alarm_email,
+                tracing=_boolean(get, "tracing", default=False),
+                dashboard=_boolean(get, "dashboard", default=True),
                 account=_string(get, "account"),
                 region=_string(get, "region"),
                 network=network,

@@ -103,12 +103,14 @@ class Monitoring(Construct):
         interruption_queue: sqs.IQueue,
         dead_letter_queues: Mapping[str, sqs.IQueue],
         alarm_email: str | None,
+        dashboard: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         prefix = f"serverless-karpenter-{cluster_name}"
 
-        # CloudWatch cannot publish to a topic encrypted with the AWS-managed SNS key, hence our own key.
+        # CloudWatch cannot publish to a topic encrypted with the AWS-managed SNS key (alias/aws/sns: its key
+        # policy admits no service principal, and it cannot be edited), hence our own key, $1 a month.
         self.alarm_topic_key = kms.Key(
             self,
             "AlarmTopicKey",
@@ -147,7 +149,11 @@ class Monitoring(Construct):
         self.metrics = ClusterMetrics(cluster_name)
         self.alarms: list[cw.Alarm] = []
         self._add_alarms(prefix, functions, dead_letter_queues)
-        self.dashboard = self._dashboard(cluster_name, functions, interruption_queue, dead_letter_queues)
+        self.dashboard: cw.Dashboard | None = (
+            self._dashboard(cluster_name, functions, interruption_queue, dead_letter_queues)
+            if dashboard
+            else None
+        )
 
     # -- alarms --------------------------------------------------------------------------------------
 

@@ -108,6 +108,7 @@ class ServerlessKarpenterStack(Stack):
                 "termination": self.termination_work.dead_letter_queue,
             },
             alarm_email=config.alarm_email,
+            dashboard=config.dashboard,
         )
         self.unzipped_sizes = check_unzipped_sizes([spec.name for spec in FUNCTION_SPECS])
         self._outputs()
@@ -120,9 +121,10 @@ class ServerlessKarpenterStack(Stack):
             "StateTableName": self.state.table.table_name,
             "InterruptionQueueUrl": self.interruption.queue.queue_url,
             "TerminationQueueUrl": self.termination_work.queue.queue_url,
-            "DashboardName": self.monitoring.dashboard.dashboard_name,
             "AlarmTopicArn": self.monitoring.alarm_topic.topic_arn,
         }
+        if self.monitoring.dashboard is not None:
+            outputs["DashboardName"] = self.monitoring.dashboard.dashboard_name
         for name, function in self.control_plane.functions.items():
             outputs[f"{name.capitalize()}FunctionName"] = function.function_name
         for key, value in outputs.items():

@@ -46,6 +46,8 @@ def test_defaults_for_one_cluster() -> None:
     assert (config.account, config.region) == (None, None)
     assert config.import_node_role is False
     assert config.node_access_entry is True
+    assert config.tracing is False
+    assert config.dashboard is True
 
 
 def test_every_context_key_is_read() -> None:
@@ -62,6 +64,8 @@ def test_every_context_key_is_read() -> None:
         logRetentionDays="90",
         logLevel="debug",
         alarmEmail="ops@example.com",
+        tracing="true",
+        dashboard="false",
     )
     assert config.region == "eu-west-1"
     assert config.account == "123456789012"
@@ -73,6 +77,8 @@ def test_every_context_key_is_read() -> None:
     assert config.log_retention_days == 90
     assert config.log_level == "DEBUG"
     assert config.alarm_email == "ops@example.com"
+    assert config.tracing is True
+    assert config.dashboard is False
 
 
 def test_several_clusters_from_a_string_or_a_list() -> None:

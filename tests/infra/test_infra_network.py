@@ -139,6 +139,9 @@ def vpc_synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VpcSynth]:
             "clusterName": NAT_CLUSTER,
             **{k: v for k, v in VPC_CONTEXT.items() if k != "routeTableIds"},
             "vpcEndpoints": "none",
+            # X-Ray on (off by default): synthesized and checked by cdk-nag here too.
+            "tracing": "true",
+            "dashboard": "false",
         },
     }
     stacks = {}
@@ -323,3 +326,27 @@ def test_vpc_mode_passes_cdk_nag(vpc_synth: VpcSynth, cluster: str) -> None:
     assert vpc_ack.rule == "AwsSolutions-IAM5[Resource::*]"
     assert vpc_ack.path.endswith("/Network/FunctionsVpcAccess")
     assert "DescribeNetworkInterfaces" in vpc_ack.reason
+
+
+def test_tracing_on_request_traces_every_function_and_grants_x_ray(vpc_synth: VpcSynth) -> None:
+    for cluster, traced in ((NAT_CLUSTER, True), (ENDPOINTS_CLUSTER, False)):
+        template = vpc_synth.templates[cluster]
+        for function in resources_of_type(template, "AWS::Lambda::Function").values():
+            props = function["Properties"]
+            assert ("TracingConfig" in props) is traced
+            assert ("POWERTOOLS_TRACE_DISABLED" in props["Environment"]["Variables"]) is not traced
+            if traced:
+                assert props["TracingConfig"] == {"Mode": "Active"}
+        granted = json.dumps(resources_of_type(template, "AWS::IAM::Policy"))
+        assert ("xray:PutTraceSegments" in granted) is traced, cluster
+
+
+def test_dashboard_false_leaves_the_dashboard_out_and_keeps_the_alarms(vpc_synth: VpcSynth) -> None:
+    without, default = vpc_synth.templates[NAT_CLUSTER], vpc_synth.templates[ENDPOINTS_CLUSTER]
+    assert not resources_of_type(without, "AWS::CloudWatch::Dashboard")
+    assert "DashboardName" not in without["Outputs"]
+    assert len(resources_of_type(default, "AWS::CloudWatch::Dashboard")) == 1
+    assert "DashboardName" in default["Outputs"]
+    assert len(resources_of_type(without, "AWS::CloudWatch::Alarm")) == len(
+        resources_of_type(default, "AWS::CloudWatch::Alarm")
+    )
