@@ -71,6 +71,13 @@ class ClusterMetrics:
         )
 
 
+def filled_with_zero(metric: cw.Metric, label: str) -> cw.MathExpression:
+    """A metric published only while non-zero (PendingPods, ManagedCostPerHour), drawn with 0 in its gaps."""
+    return cw.MathExpression(
+        expression="FILL(m, 0)", using_metrics={"m": metric}, label=label, period=GRAPH_PERIOD
+    )
+
+
 def graph(
     title: str,
     left: Sequence[cw.IMetric],
@@ -197,8 +204,13 @@ class Monitoring(Construct):
         self._alarm(
             "ProvisionerStalledAlarm",
             alarm_name=f"{prefix}-provisioner-stalled",
-            alarm_description="No provisioner heartbeat for 5 minutes: pending pods are not provisioned.",
-            metric=self.metrics.metric(MetricName.PROVISIONER_HEARTBEAT, "Sum", period=ALARM_PERIOD),
+            alarm_description=(
+                "The provisioner was not invoked for 5 minutes (its schedule or the watcher's invoke is "
+                "broken): pending pods are not provisioned."
+            ),
+            # Lambda's own Invocations metric, free, rather than a heartbeat metric of ours ($0.30 a month):
+            # an invocation that fails is the errors alarm's; one that never happens is this one's.
+            metric=functions["provisioner"].metric_invocations(period=ALARM_PERIOD, statistic="Sum"),
             threshold=1,
             comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
             evaluation_periods=1,
@@ -282,7 +294,7 @@ class Monitoring(Construct):
             graph(
                 "Pending pods",
                 [
-                    self.metrics.metric(MetricName.PENDING_PODS, "Maximum", "pending"),
+                    filled_with_zero(self.metrics.metric(MetricName.PENDING_PODS, "Maximum"), "pending"),
                     self.metrics.metric(MetricName.PODS_UNSCHEDULABLE, "Sum", "unschedulable"),
                     self.metrics.metric(MetricName.PODS_SCHEDULED, "Sum", "scheduled"),
                 ],
@@ -295,7 +307,11 @@ class Monitoring(Construct):
             ),
             graph(
                 "Provisioner",
-                [self.metrics.metric(MetricName.PROVISIONER_HEARTBEAT, "Sum", "heartbeats")],
+                [
+                    functions["provisioner"].metric_invocations(
+                        period=GRAPH_PERIOD, statistic="Sum", label="runs"
+                    )
+                ],
                 [self.metrics.metric(MetricName.SOLVE_DURATION, "p90", "solve p90")],
                 width=THIRD,
             ),
@@ -368,7 +384,7 @@ class Monitoring(Construct):
             ),
             graph(
                 "Cost per hour of managed capacity",
-                [self.metrics.metric(MetricName.COST_PER_HOUR, "Maximum", "$/hour")],
+                [filled_with_zero(self.metrics.metric(MetricName.COST_PER_HOUR, "Maximum"), "$/hour")],
                 [self.metrics.metric(MetricName.SOLVE_COST_GAP, "Maximum", "gap to lower bound (%)")],
                 left_label="$/hour",
                 width=THIRD,

@@ -162,7 +162,9 @@ def test_dashboard_has_the_widgets_the_issue_lists(synthesized: Synthesized, clu
         assert in_widget, title
         assert {r.value for r in required} <= in_widget, (title, in_widget)
     lambda_metrics = {(m.widget, m.name) for m in metrics if m.namespace == "AWS/Lambda"}
-    assert {"Errors", "Throttles", "Duration"} == {name for _, name in lambda_metrics}
+    assert {"Errors", "Throttles", "Duration", "Invocations"} == {name for _, name in lambda_metrics}
+    # The provisioner's runs, beside its solve time: what its stalled alarm reads.
+    assert ("Provisioner", "Invocations") in lambda_metrics
     dlq = [
         m
         for m in metrics
@@ -247,11 +249,13 @@ def test_each_clusters_dashboard_and_alarms_select_that_cluster_only(
                 plain_metrics += 1
     # Both forms were read: a change to the dashboard's format cannot leave this test checking nothing.
     assert searches and plain_metrics
-    alarms = [
-        a["Properties"]
-        for a in resources_of_type(template, "AWS::CloudWatch::Alarm").values()
-        if a["Properties"].get("Namespace") == NAMESPACE
-    ]
-    assert alarms
-    for alarm in alarms:
-        assert {"Name": CLUSTER_DIMENSION, "Value": cluster} in alarm["Dimensions"], alarm
+    # Every custom metric an alarm reads, alone or inside its metric math (the launch error rate).
+    alarm_metrics = []
+    for alarm in resources_of_type(template, "AWS::CloudWatch::Alarm").values():
+        properties = alarm["Properties"]
+        alarm_metrics.append(properties)
+        alarm_metrics += [m["MetricStat"]["Metric"] for m in properties.get("Metrics", []) if "MetricStat" in m]
+    ours = [m for m in alarm_metrics if m.get("Namespace") == NAMESPACE]
+    assert ours
+    for metric in ours:
+        assert {"Name": CLUSTER_DIMENSION, "Value": cluster} in metric["Dimensions"], metric

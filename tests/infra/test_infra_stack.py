@@ -618,16 +618,18 @@ def test_alarms_for_dlq_depth_errors_stalled_provisioner_and_launch_error_rate(
     errors = [a for a in alarms if a.get("MetricName") == "Errors" and a.get("Namespace") == "AWS/Lambda"]
     assert len(errors) == len(EXPECTED_FUNCTIONS)
 
-    stalled = [a for a in alarms if a.get("MetricName") == MetricName.PROVISIONER_HEARTBEAT]
+    # The stalled alarm reads Lambda's free Invocations metric of this cluster's provisioner.
+    every_alarm = [a["Properties"] for a in resources_of_type(template, "AWS::CloudWatch::Alarm").values()]
+    stalled = [a for a in every_alarm if a.get("MetricName") == "Invocations"]
     assert len(stalled) == 1
-    assert stalled[0]["Namespace"] == NAMESPACE
-    assert sorted(stalled[0]["Dimensions"], key=lambda d: d["Name"]) == [
-        {"Name": CLUSTER_DIMENSION, "Value": cluster},
-        {"Name": "service", "Value": SERVICE},
-    ]
+    assert stalled[0]["Namespace"] == "AWS/Lambda"
+    [dimension] = stalled[0]["Dimensions"]
+    assert dimension["Name"] == "FunctionName"
+    assert "Provisioner" in dimension["Value"]["Ref"]
     assert stalled[0]["Period"] == 300
     assert stalled[0]["TreatMissingData"] == "breaching"
     assert stalled[0]["ComparisonOperator"] == "LessThanThreshold"
+    assert stalled[0]["AlarmActions"] == [{"Ref": topic}]
 
     rate = [a for a in alarms if "Metrics" in a]
     assert len(rate) == 1

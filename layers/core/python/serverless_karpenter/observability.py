@@ -29,7 +29,6 @@ DEFAULT_DIMENSION_NAMES = ("service", CLUSTER_DIMENSION)
 class MetricName(StrEnum):
     """Every metric we emit, under :data:`NAMESPACE`. Dimensions are noted where a metric has one."""
 
-    PROVISIONER_HEARTBEAT = "ProvisionerHeartbeat"
     PENDING_PODS = "PendingPods"
     PODS_SCHEDULED = "PodsScheduled"
     PODS_UNSCHEDULABLE = "PodsUnschedulable"

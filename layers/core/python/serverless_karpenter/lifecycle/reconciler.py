@@ -344,4 +344,6 @@ class LifecycleReconciler:
                 cost += record.price_per_hour
         for state, count in counts.items():
             emit_dimensioned(MetricName.NODECLAIMS_BY_STATE, count, {"State": state})
-        metrics.add_metric(name=MetricName.COST_PER_HOUR, unit=MetricUnit.Count, value=round(cost, 4))
+        if any(record.is_active for record in records):
+            # As PendingPods: not published while there is no capacity to price (billed per hour published).
+            metrics.add_metric(name=MetricName.COST_PER_HOUR, unit=MetricUnit.Count, value=round(cost, 4))

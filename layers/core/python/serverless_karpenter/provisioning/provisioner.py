@@ -520,7 +520,11 @@ class Provisioner:
         # Issue 6 (termination): like Karpenter, count the reschedulable pods of nodes being deleted as
         # pending, so replacement capacity launches while the drain is still under way.
         pending += pods_on_deleting_nodes(plane.kube, plane.clock.now())
-        metrics.add_metric(name=MetricName.PENDING_PODS, unit=MetricUnit.Count, value=len(pending))
+        if pending:
+            # Published only while pods wait: a custom metric is billed for every hour it is published
+            # in, and an idle cluster's zeros would cost $0.30 a month to say nothing (the dashboard fills
+            # the gaps with 0).
+            metrics.add_metric(name=MetricName.PENDING_PODS, unit=MetricUnit.Count, value=len(pending))
         outcome = ProvisioningResult(pending=len(pending))
         if not pending:
             return outcome

@@ -13,7 +13,7 @@ from serverless_karpenter import crashpoints
 from serverless_karpenter.adapters.kubernetes import KubernetesError, WatchEvent, WatchExpired, WatchStream
 from serverless_karpenter.adapters.state_store import Lease
 from serverless_karpenter.lifecycle.reconciler import LifecycleReconciler, LifecycleResult
-from serverless_karpenter.observability import MetricName, MetricUnit, logger, metrics
+from serverless_karpenter.observability import logger
 from serverless_karpenter.provisioning.batcher import PendingPodBatcher
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.provisioning.provisioner import Provisioner, ProvisioningResult
@@ -33,7 +33,6 @@ class ProvisionerRun:
 
 def run_provisioner(plane: ControlPlane, lease: Lease) -> ProvisionerRun:
     """One pass of the single writer: finish earlier launches, then provision pending pods."""
-    metrics.add_metric(name=MetricName.PROVISIONER_HEARTBEAT, unit=MetricUnit.Count, value=1)
     if not lease.acquire(plane.clock.now(), LEASE_SECONDS):
         logger.info("another provisioner holds the lease; exiting", extra={"holder": lease.holder})
         return ProvisionerRun(leader=False)
