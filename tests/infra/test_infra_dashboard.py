@@ -254,7 +254,9 @@ def test_each_clusters_dashboard_and_alarms_select_that_cluster_only(
     for alarm in resources_of_type(template, "AWS::CloudWatch::Alarm").values():
         properties = alarm["Properties"]
         alarm_metrics.append(properties)
-        alarm_metrics += [m["MetricStat"]["Metric"] for m in properties.get("Metrics", []) if "MetricStat" in m]
+        alarm_metrics += [
+            m["MetricStat"]["Metric"] for m in properties.get("Metrics", []) if "MetricStat" in m
+        ]
     ours = [m for m in alarm_metrics if m.get("Namespace") == NAMESPACE]
     assert ours
     for metric in ours:

@@ -12,7 +12,7 @@ import yaml
 from aws_cdk.assertions import Match, Template
 from serverless_karpenter import state_schema
 from serverless_karpenter.config import Settings
-from serverless_karpenter.observability import CLUSTER_DIMENSION, NAMESPACE, SERVICE, MetricName
+from serverless_karpenter.observability import NAMESPACE, SERVICE, MetricName
 from serverless_karpenter.policies import PRE_EXISTING_LAUNCH_RESOURCE_TYPES
 
 from infra.access import kubernetes_group

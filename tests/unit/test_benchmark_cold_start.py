@@ -1,4 +1,5 @@
-"""The cold-start benchmark's measurement, on one handler: its structure, never its time."""
+"""The cold-start benchmark's measurement, on one handler: its structure and its Lambda layout, never its
+time."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from benchmarks import cold_start
 
 
 def test_one_handler_is_measured_in_a_fresh_lambda_like_process() -> None:
-    figures = cold_start.measure_handler("watcher", runs=1, trace_disabled=True)
+    with cold_start.lambda_tree() as tree:
+        figures = cold_start.measure_handler("watcher", tree, runs=1)
 
     assert set(figures) == {"seconds", "samples", "cpu_seconds", "heaviest_imports"}
     assert figures["cpu_seconds"] > 0
@@ -16,32 +18,35 @@ def test_one_handler_is_measured_in_a_fresh_lambda_like_process() -> None:
     assert all(seconds <= figures["seconds"] for seconds in figures["heaviest_imports"].values())
 
 
+def test_the_layers_ship_without_bytecode_and_the_runtime_sdk_with_it() -> None:
+    with cold_start.lambda_tree() as tree:
+        # Our code and the dependency layer: sources only, as infra/layers.py's asset excludes leave them.
+        assert (tree.core / "serverless_karpenter" / "runtime.py").is_file()
+        assert (tree.dependencies / "pydantic" / "__init__.py").is_file()
+        for layer in (tree.core, tree.dependencies):
+            assert not any(layer.rglob("*.pyc"))
+        # build.py's drops: the SDK comes from the runtime, kubernetes.aio's aiohttp not at all.
+        assert not (tree.dependencies / "boto3").exists()
+        assert not (tree.dependencies / "aiohttp").exists()
+        assert not (tree.dependencies / "kubernetes" / "aio").exists()
+        assert any((tree.runtime / "botocore").rglob("*.pyc"))
+    with cold_start.lambda_tree(bytecode=True) as compiled:
+        assert any((compiled.core / "serverless_karpenter").rglob("*.pyc"))
+
+
 def test_the_lambda_environment_is_the_stacks() -> None:
-    env = cold_start.lambda_environment("interruption")
-
-    # The function's code first, then the core layer, as Lambda orders /var/task and /opt/python.
-    assert env["PYTHONPATH"].split(":") == [
-        str(cold_start.FUNCTIONS_DIR / "interruption"),
-        str(cold_start.CORE_LAYER_PYTHON),
-    ]
-    assert env["POWERTOOLS_SERVICE_NAME"] == "serverless-karpenter"
-    assert "POWERTOOLS_TRACE_DISABLED" not in env  # the stack traces
-    untraced = cold_start.lambda_environment("watcher", trace_disabled=True)
-    assert untraced["POWERTOOLS_TRACE_DISABLED"] == "true"
-
-
-def test_importtime_output_is_parsed_to_the_handler_and_its_heaviest_imports() -> None:
-    stderr = "\n".join(
-        [
-            "import time: self [us] | cumulative | imported package",
-            "import time:       100 |        300 |     botocore.docs",
-            "import time:       200 |     500000 |   boto3",
-            "import time:        50 |      20000 |   typing",
-            "import time:      1000 |     600000 | handler",
+    with cold_start.lambda_tree() as tree:
+        env = cold_start.lambda_environment("interruption", tree=tree)
+        # The function's code first, then the core layer, the dependencies, the runtime's SDK: as Lambda
+        # orders /var/task, /opt/python and /var/runtime.
+        assert env["PYTHONPATH"].split(":") == [
+            str(cold_start.FUNCTIONS_DIR / "interruption"),
+            str(tree.core),
+            str(tree.dependencies),
+            str(tree.runtime),
         ]
-    )
-
-    total, children = cold_start.parse_importtime(stderr)
-
-    assert total == 0.6
-    assert children == [("boto3", 0.5), ("typing", 0.02)]
+    assert env["POWERTOOLS_SERVICE_NAME"] == "serverless-karpenter"
+    assert env["POWERTOOLS_TRACE_DISABLED"] == "true"  # the stack's default: -c tracing=true turns it on
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"  # /opt is read-only
+    traced = cold_start.lambda_environment("watcher", trace_disabled=False)
+    assert "POWERTOOLS_TRACE_DISABLED" not in traced
