@@ -11,8 +11,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
+import botocore.session
 import pytest
 from botocore.exceptions import ClientError, ConnectTimeoutError
+from botocore.paginate import Paginator
 from botocore.stub import Stubber
 from moto import mock_aws
 from serverless_karpenter import runtime
@@ -61,6 +63,14 @@ class FakePricing:
         if index + 1 < len(self.pages):
             page["NextToken"] = str(index + 1)
         return page
+
+    def get_paginator(self, operation: str) -> Paginator:
+        """botocore's own paginator for the operation, over this fake's pages."""
+        assert operation == "get_products"
+        session = botocore.session.get_session()
+        config = session.get_paginator_model("pricing").get_paginator("GetProducts")
+        model = session.get_service_model("pricing").operation_model("GetProducts")
+        return Paginator(self.get_products, config, model)
 
 
 @pytest.mark.parametrize(

@@ -184,22 +184,14 @@ class PriceSource:
         try:
             client = self._pricing()
             prices: dict[str, float] = {}
-            token: str | None = None
-            while True:
-                kwargs: dict[str, Any] = {
-                    "ServiceCode": "AmazonEC2",
-                    "Filters": on_demand_filters(self.region),
-                    "FormatVersion": "aws_v1",
-                }
-                if token:
-                    kwargs["NextToken"] = token
-                page = client.get_products(**kwargs)
+            pages = client.get_paginator("get_products").paginate(
+                ServiceCode="AmazonEC2", Filters=on_demand_filters(self.region), FormatVersion="aws_v1"
+            )
+            for page in pages:
                 for name, price in parse_price_list(page.get("PriceList") or ()).items():
                     if name not in prices or price < prices[name]:
                         prices[name] = price
-                token = page.get("NextToken")
-                if not token:
-                    return prices, REFRESH_INTERVAL
+            return prices, REFRESH_INTERVAL
         except (ConnectTimeoutError, EndpointConnectionError) as error:
             logger.warning(
                 "the Pricing API cannot be reached from this network (from a VPC without NAT it has no "
