@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from aws_lambda_powertools.utilities.parser.models.event_bridge import EventBridgeModel
+from pydantic import AwareDatetime, ConfigDict, Field, ValidationError
 
 from serverless_karpenter.interruption.rules import RULE_PATTERNS, MessageKind
 
@@ -14,18 +15,18 @@ class MalformedMessage(ValueError):
     """A body that is not an EventBridge envelope we can act on; it belongs in the DLQ."""
 
 
-class EventEnvelope(BaseModel):
+class EventEnvelope(EventBridgeModel):
+    """Powertools' EventBridge envelope, narrowed to what the interruption rules deliver."""
+
     model_config = ConfigDict(populate_by_name=True, extra="allow")
 
-    version: str
-    id: str
-    detail_type: str = Field(alias="detail-type")
-    source: str
-    account: str | None = None
     # EventBridge always stamps UTC ("...Z"); a time without a zone cannot be compared with ours.
     time: AwareDatetime
-    region: str | None = None
+    # Karpenter's parsers need neither; a message replayed or sent by hand may lack them.
+    account: str | None = None  # type: ignore[assignment]
+    region: str | None = None  # type: ignore[assignment]
     resources: list[str] = Field(default_factory=list)
+    # Every rule's detail is a JSON object; its fields are checked per kind below.
     detail: dict[str, Any]
 
     @property
