@@ -15,6 +15,7 @@ from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.deployment import FUNCTION_TIMEOUT_SECONDS
+from serverless_karpenter.lifecycle import nodepool_status
 from serverless_karpenter.lifecycle.launch import launch_record, launch_templates_of, mark_launched
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
@@ -84,6 +85,8 @@ def is_initialized(record: NodeClaimRecord, node: Mapping[str, Any]) -> bool:
 class LifecycleReconciler:
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
+        # Each EC2NodeClass with the status this pass gave it, for its NodePools' NodeClassReady.
+        self.nodeclasses: dict[str, Mapping[str, Any]] = {}
 
     def reconcile(self) -> LifecycleResult:
         plane = self.plane
@@ -106,8 +109,26 @@ class LifecycleReconciler:
                 continue  # somebody else moved it; the next pass sees the new version
         self._garbage_collect(records, instances, result)
         self._sweep_launch_templates(resolved, result)
-        self._emit_state_counts(plane.store.list_live())
+        live = plane.store.list_live()
+        self._emit_state_counts(live)
+        self._write_nodepool_status(live, nodes, {r.provider_id for r in records if r.provider_id})
         return result
+
+    def _write_nodepool_status(
+        self, live: list[NodeClaimRecord], nodes: Mapping[str, Mapping[str, Any]], known: set[str]
+    ) -> None:
+        """Each NodePool's status as of the end of this pass (what it launched, registered and closed)."""
+        plane = self.plane
+        try:
+            nodepools = plane.kube.list_nodepools()
+        except KubernetesError as error:
+            logger.warning("could not list NodePools for their status", extra={"error": str(error)})
+            return
+        usage = nodepool_status.usage_by_nodepool(live, nodes, known)
+        for nodepool, status in nodepool_status.pass_statuses(
+            nodepools, self.nodeclasses, usage, plane.clock.now()
+        ):
+            nodepool_status.write_status(plane.kube, nodepool, status)
 
     def resolve_nodeclasses(self) -> dict[str, ResolvedNodeClass | None]:
         """Resolve every EC2NodeClass and write what it resolved to (or why not) to its status."""
@@ -123,8 +144,11 @@ class LifecycleReconciler:
                 error = str(failure)
                 logger.warning("EC2NodeClass not ready", extra={"ec2nodeclass": name, "error": error})
             out[name] = resolved
+            self.nodeclasses[name] = spec
             if not (spec.get("metadata") or {}).get("deletionTimestamp"):
                 nodeclass_status.write_status(plane.kube, spec, resolved, error, plane.clock.now())
+                status = nodeclass_status.desired_status(spec, resolved, error, plane.clock.now())
+                self.nodeclasses[name] = {**spec, "status": status}
         return out
 
     def _nodeclass(self, name: str, cache: dict[str, ResolvedNodeClass | None]) -> ResolvedNodeClass | None:

@@ -24,7 +24,6 @@ from serverless_karpenter.provisioning.context import ControlPlane, InstanceType
 from serverless_karpenter.provisioning.nodepool_validation import (
     VALIDATION_FAILED,
     InvalidNodePool,
-    conditions_after_validation,
     split_usable,
 )
 from serverless_karpenter.scheduling import pods as podlib
@@ -603,29 +602,15 @@ class Provisioner:
         return outcome
 
     def report_validation(self, state: ClusterState) -> None:
-        """Say on each NodePool whether it passed validation (conditions and, when not, a Warning Event),
-        writing only what changed. A status write that fails is retried by the next pass."""
-        kube, now = self.plane.kube, self.plane.clock.now()
-        verdicts: list[tuple[Mapping[str, Any], str | None]] = [
-            (inv.manifest, inv.problem) for inv in state.invalid_nodepools
-        ]
-        verdicts += [(manifest, None) for manifest in state.nodepools]
-        for manifest, problem in verdicts:
-            name = manifest["metadata"]["name"]
-            if problem is not None:
-                logger.warning(
-                    "NodePool is not valid; skipping it", extra={"nodepool": name, "error": problem}
-                )
-                kube.record_event(manifest, VALIDATION_FAILED, problem, "Warning")
-            conditions = conditions_after_validation(manifest, problem, now)
-            if conditions is None:
-                continue
-            try:
-                kube.patch_nodepool_conditions(manifest, conditions)
-            except KubernetesError as error:
-                logger.warning(
-                    "could not write NodePool status", extra={"nodepool": name, "error": str(error)}
-                )
+        """Say why each invalid NodePool is skipped (a log line and a Warning Event). Its conditions
+        (ValidationSucceeded, Ready) are written with the rest of its status by the lifecycle pass
+        (:mod:`serverless_karpenter.lifecycle.nodepool_status`)."""
+        for invalid in state.invalid_nodepools:
+            logger.warning(
+                "NodePool is not valid; skipping it",
+                extra={"nodepool": invalid.name, "error": invalid.problem},
+            )
+            self.plane.kube.record_event(invalid.manifest, VALIDATION_FAILED, invalid.problem, "Warning")
 
     def create_record(
         self, claim: NewNodeClaim, nodepool: NodePool | None, nodeclass: EC2NodeClass | None
