@@ -14,9 +14,9 @@ from serverless_karpenter import crashpoints, solver
 from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
+from serverless_karpenter.api.ec2nodeclass import EC2NODECLASS_HASH_VERSION, EC2NodeClass
 from serverless_karpenter.api.errors import ManifestError
-from serverless_karpenter.api.nodepool import NodePool
+from serverless_karpenter.api.nodepool import NODEPOOL_HASH_VERSION, NodePool
 from serverless_karpenter.lifecycle.launch import launch_record
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
@@ -681,19 +681,25 @@ def from_templates(nodepool: NodePool | None, nodeclass: EC2NodeClass | None) ->
         grace = nodepool.termination_grace_period_timedelta()
         fields["expire_after_seconds"] = expire_after.total_seconds() if expire_after is not None else None
         fields["termination_grace_period_seconds"] = grace.total_seconds() if grace is not None else None
-    annotations = drift_hashes(nodepool, nodeclass)
+    # The template's annotations go on the claim and its Node, as Karpenter's claim template does.
+    template = dict(nodepool.spec.template.metadata.annotations or {}) if nodepool is not None else {}
+    annotations = {**template, **drift_hashes(nodepool, nodeclass)}
     if annotations:
         fields["annotations"] = annotations
     return fields
 
 
 def drift_hashes(nodepool: NodePool | None, nodeclass: EC2NodeClass | None) -> dict[str, str]:
-    """The NodePool and EC2NodeClass hashes a NodeClaim carries, for drift to compare with."""
+    """The NodePool and EC2NodeClass hashes a NodeClaim carries, for drift to compare with, each with the
+    version of its computation (Karpenter's ``-hash-version`` annotations; ours are our own, see
+    :data:`~serverless_karpenter.api.nodepool.NODEPOOL_HASH_VERSION`)."""
     hashes: dict[str, str] = {}
     if nodepool is not None:
         hashes[wk.NODEPOOL_HASH] = nodepool.template_hash()
+        hashes[wk.NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
     if nodeclass is not None:
         hashes[wk.EC2NODECLASS_HASH] = nodeclass.static_hash()
+        hashes[wk.EC2NODECLASS_HASH_VERSION] = EC2NODECLASS_HASH_VERSION
     return hashes
 
 
