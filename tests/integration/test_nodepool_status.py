@@ -53,7 +53,7 @@ def pool_status(sim: Simulation, pool: str) -> dict[str, Any]:
     return dict(found.get("status") or {})
 
 
-def test_kubectl_get_nodepools_after_the_demo_shows_nodeclass_nodes_and_ready(tmp_path: Path) -> None:
+def test_after_the_demo_kubectl_get_nodepools_shows_nodeclass_nodes_and_ready(tmp_path: Path) -> None:
     sim = Simulation(load_scenario("default"), log=io.StringIO())
     try:
         sim.start()
@@ -75,6 +75,18 @@ def test_kubectl_get_nodepools_after_the_demo_shows_nodeclass_nodes_and_ready(tm
 
         classes = kubectl(kubeconfig, "get", "ec2nodeclasses").stdout
         assert header(classes) == ["NAME", "READY", "AGE"] and rows(classes)["default"][1] == "True"
+
+        # The nodes carry Karpenter's labels and annotations; these the kubelet never sets.
+        for node in nodes:
+            labels, annotations = node["metadata"]["labels"], node["metadata"].get("annotations") or {}
+            assert labels[wk.EC2NODECLASS] == "default"
+            assert labels[wk.REGISTERED] == labels[wk.INITIALIZED] == "true"
+            assert labels[wk.ZONE_ID].startswith("use1-az")
+            assert (
+                annotations[wk.NODEPOOL_HASH_VERSION] == annotations[wk.EC2NODECLASS_HASH_VERSION] == "sk-v1"
+            )
+            assert annotations[wk.NODEPOOL_HASH] and annotations[wk.EC2NODECLASS_HASH]
+            assert annotations["karpenter.k8s.aws/instance-profile-name"]
     finally:
         sim.stop()
 
