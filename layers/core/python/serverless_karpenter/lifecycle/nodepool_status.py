@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from serverless_karpenter.adapters.kubernetes import KARPENTER_GROUP, KubernetesError, KubernetesGateway, call
+from serverless_karpenter.adapters.kubernetes import KubernetesError, KubernetesGateway
 from serverless_karpenter.api import conditions
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
@@ -183,26 +183,13 @@ def unchanged(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
 
 def write_status(kube: KubernetesGateway, nodepool: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     """Write ``status`` if it differs from the NodePool's; whether a write was made. A NodePool changed or
-    gone meanwhile (409, 404) is left to the next pass; other failures are logged: the status reports,
-    it never decides."""
+    gone meanwhile is left to the next pass; other failures are logged: the status reports, it never
+    decides."""
     if unchanged(nodepool.get("status") or {}, status):
         return False
-    meta = nodepool["metadata"]
-    # A merge patch replaces the conditions list whole: the resourceVersion makes a concurrent write fail.
-    body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": dict(status)}
     try:
-        call(
-            kube.custom.patch_cluster_custom_object_status,
-            KARPENTER_GROUP,
-            "v1",
-            "nodepools",
-            meta["name"],
-            body,
-        )
+        return kube.patch_nodepool_status(nodepool, status)
     except KubernetesError as error:
-        if error.status not in (404, 409):
-            logger.warning(
-                "failed writing NodePool status", extra={"nodepool": meta["name"], "error": str(error)}
-            )
+        name = nodepool["metadata"]["name"]
+        logger.warning("failed writing NodePool status", extra={"nodepool": name, "error": str(error)})
         return False
-    return True
