@@ -37,6 +37,11 @@ def test_v1_crds_with_status_stored_as_v1_pass_and_the_optional_overlay_may_be_m
     )
 
 
+def test_unreadable_discovery_is_could_not_run_never_a_pass() -> None:
+    [result] = check_crds(KarpenterFacts(crds_unknown="API discovery could not be read (503)"))
+    assert result.status == Status.SKIPPED
+
+
 def test_a_missing_crd_fails_with_how_to_apply_ours() -> None:
     [result] = [r for r in check_crds(installed(nodeclaims=None)) if r.status == Status.FAIL]
     assert result.summary.startswith("NodeClaim CRD (nodeclaims.karpenter.sh) is not installed")

@@ -75,6 +75,8 @@ class KarpenterFacts:
     pods: list[str] = field(default_factory=list)  # namespace/name of running Karpenter pods
     # Why the controllers or pods could not be read ("" when they were).
     controllers_unknown: str = ""
+    # Why discovery could not be read ("" when it was).
+    crds_unknown: str = ""
 
 
 # -- gathering -----------------------------------------------------------------------------------------
@@ -139,7 +141,11 @@ def gather_crds(kube: KubernetesGateway) -> dict[str, CrdFacts]:
 
 
 def gather(kube: KubernetesGateway) -> KarpenterFacts:
-    facts = KarpenterFacts(crds=gather_crds(kube))
+    facts = KarpenterFacts()
+    try:
+        facts.crds = gather_crds(kube)
+    except KubernetesError as error:
+        facts.crds_unknown = f"API discovery could not be read ({error})"
     try:
         for deployment in _pages(kube.apps.list_deployment_for_all_namespaces):
             meta = deployment.get("metadata") or {}
@@ -169,6 +175,8 @@ APPLY_CRDS = "kubectl apply --server-side -f deploy/crds/ (Karpenter's v1.14 CRD
 
 
 def check_crds(facts: KarpenterFacts) -> list[CheckResult]:
+    if facts.crds_unknown:
+        return [_skip(CheckId.KARPENTER_CRDS, facts.crds_unknown)]
     out: list[CheckResult] = []
     for wanted in WANTED_CRDS:
         crd = facts.crds.get(wanted.name)
