@@ -19,7 +19,9 @@ def register(commands: argparse._SubParsersAction) -> None:
             "Checks the deployed stack and the cluster for the set-up mistakes that break Karpenter late: "
             "untagged subnets or security groups, an interruption queue EventBridge cannot write to, a node "
             "role without an access entry, KMS keys the launcher may not use, the missing spot "
-            "service-linked role, Lambda roles without their permissions, DaemonSets that no longer fit. "
+            "service-linked role, Lambda roles without their permissions, DaemonSets that no longer fit, "
+            "Karpenter's CRDs missing or not serving karpenter.sh/v1, and an in-cluster Karpenter controller "
+            "still running (two controllers would fight). "
             "Prints one line per check (✓ passed, ✗ failed with its fix, - could not run); exits 1 on any ✗."
         ),
         epilog=(

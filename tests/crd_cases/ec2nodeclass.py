@@ -89,13 +89,14 @@ EC2NODECLASS_CEL = [
         "EC2NodeClass",
         {"spec": {"capacityReservationSelectorTerms": [{"ownerID": "123456789012"}]}},
         "spec.capacityReservationSelectorTerms",
-        "expected at least one, got none, ['tags', 'id']",
+        "expected at least one, got none, ['tags', 'id', 'instanceMatchCriteria']",
     ),
     Case(
         "EC2NodeClass",
         {"spec": {"capacityReservationSelectorTerms": [{"id": "cr-123", "tags": {"a": "b"}}]}},
         "spec.capacityReservationSelectorTerms",
-        "'id' is mutually exclusive, cannot be set along with tags",
+        "'id' is mutually exclusive, cannot be set along with other fields in a capacity reservation "
+        "selector term",
     ),
     Case(
         "EC2NodeClass",

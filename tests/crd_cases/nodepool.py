@@ -16,13 +16,6 @@ NODEPOOL_CEL = [
         "'schedule' must be set with 'duration'",
     ),
     Case(
-        "NodePool",
-        labels({"kubernetes.io/team": "a"}),
-        _LABELS,
-        'label domain "kubernetes.io" is restricted',
-    ),
-    Case("NodePool", labels({"example.k8s.io/team": "a"}), _LABELS, 'label domain "k8s.io" is restricted'),
-    Case(
         "NodePool", labels({"karpenter.sh/team": "a"}), _LABELS, 'label domain "karpenter.sh" is restricted'
     ),
     Case(
@@ -57,18 +50,6 @@ NODEPOOL_CEL = [
     ),
     Case(
         "NodePool",
-        template(requirements=[requirement("kubernetes.io/team")]),
-        _KEY,
-        'label domain "kubernetes.io" is restricted',
-    ),
-    Case(
-        "NodePool",
-        template(requirements=[requirement("example.k8s.io/team")]),
-        _KEY,
-        'label domain "k8s.io" is restricted',
-    ),
-    Case(
-        "NodePool",
         template(requirements=[requirement("karpenter.sh/team")]),
         _KEY,
         'label domain "karpenter.sh" is restricted',
@@ -95,13 +76,13 @@ NODEPOOL_CEL = [
         "NodePool",
         template(requirements=[requirement("karpenter.k8s.aws/instance-cpu", "Gt", ["4", "8"])]),
         _REQS,
-        "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
+        "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
     ),
     Case(
         "NodePool",
         template(requirements=[requirement("karpenter.k8s.aws/instance-cpu", "Lt", ["-1"])]),
         _REQS,
-        "requirements operator 'Gt' or 'Lt' must have a single positive integer value",
+        "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
     ),
     Case(
         "NodePool",

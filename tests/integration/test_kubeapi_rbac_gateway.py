@@ -225,8 +225,9 @@ def test_the_nodeclass_status_is_written_with_the_fixed_role_only(cluster: Clust
         ],
     )
     assert write_status(kube, nodeclass(cluster), None, NODECLASS_ERROR, cluster.clock.now())
-    ready = next(c for c in nodeclass(cluster)["status"]["conditions"] if c["type"] == "Ready")
-    assert ready["status"] == "False" and ready["message"] == NODECLASS_ERROR
+    conditions = {c["type"]: c for c in nodeclass(cluster)["status"]["conditions"]}
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["SubnetsReady"]["message"] == NODECLASS_ERROR
 
 
 def test_a_denied_call_gets_kube_apiservers_forbidden_status(cluster: Cluster) -> None:

@@ -214,7 +214,13 @@ def test_nodeclass_status_is_written_through_the_status_subresource(sim: Simulat
     conditions = {c["type"]: c for c in nodeclass_status(sim, "broken")["conditions"]}
     assert conditions["Ready"]["status"] == "False" and conditions["SubnetsReady"]["status"] == "False"
     assert conditions["SubnetsReady"]["reason"] == "SubnetsNotFound"
-    assert "subnetSelectorTerms" in conditions["Ready"]["message"]
+    assert "subnetSelectorTerms" in conditions["SubnetsReady"]["message"]
+    # Ready names what holds it back, as Karpenter's root condition does; the parts the resolver did not
+    # reach after the failure are not claimed either way.
+    assert conditions["Ready"]["reason"] == "UnhealthyDependents"
+    assert "SubnetsReady=False" in conditions["Ready"]["message"]
+    assert conditions["AMIsReady"]["status"] == "Unknown"
+    assert conditions["ValidationSucceeded"]["reason"] == "DependenciesNotReady"
 
 
 def test_ami_terms_resolve_by_alias_version_id_name_tags_and_owner(sim: Simulation) -> None:

@@ -76,6 +76,31 @@ RUNTIME_ONLY = [
         "duplicate taint",
         id="duplicate taint",
     ),
+    # Karpenter's released CRDs stopped refusing the kubernetes.io and k8s.io label domains (v1.9); we
+    # still refuse them at runtime, because our nodes' labels go through the kubelet's --node-labels, which
+    # refuses those domains (docs/compat/core.md, Deviations).
+    *(
+        pytest.param(merge(NODEPOOL, patch), "is restricted", id=f"{where} in the {domain} domain")
+        for domain in ("kubernetes.io", "k8s.io")
+        for where, patch in (
+            (
+                "template label",
+                {"spec": {"template": {"metadata": {"labels": {f"example.{domain}/team": "a"}}}}},
+            ),
+            (
+                "requirement key",
+                {
+                    "spec": {
+                        "template": {
+                            "spec": {
+                                "requirements": [{"key": f"example.{domain}/team", "operator": "Exists"}]
+                            }
+                        }
+                    }
+                },
+            ),
+        )
+    ),
 ]
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
-from serverless_karpenter.api.nodepool import Budget, NodePool
+from serverless_karpenter.api.nodepool import NODEPOOL_HASH_VERSION, Budget, NodePool
 from serverless_karpenter.catalog import Offering
 from serverless_karpenter.disruption import methods as m
 from serverless_karpenter.disruption.budgets import allowed_disruptions, budget_active, budget_nodes
@@ -491,6 +491,35 @@ def test_nodeclass_hash_drift() -> None:
     snap = snapshot([a], [])
     snap.nodeclasses = {"default": after}
     assert (m.drift_reason(snap, candidates(snap)[0][0]) or "").startswith("NodeClassDrifted")
+
+
+def test_a_hash_of_another_version_is_not_drift() -> None:
+    """Karpenter's drift compares hashes of one version only (areStaticFieldsDrifted): a node Karpenter
+    stamped (v3, v6) is not drifted by our hashes, which are computed differently; ours still drift."""
+    changed = pool_manifest()
+    changed["spec"]["template"]["spec"]["expireAfter"] = "24h"
+    karpenters = record(
+        "a",
+        TYPES[0],
+        annotations={
+            wk.NODEPOOL_HASH: "11142864721958693070",
+            wk.NODEPOOL_HASH_VERSION: "v3",
+            wk.EC2NODECLASS_HASH: "1234",
+            wk.EC2NODECLASS_HASH_VERSION: "v6",
+        },
+    )
+    snap = snapshot([karpenters], [], manifest=changed)
+    assert m.drift_reason(snap, candidates(snap)[0][0]) is None
+    ours = karpenters.model_copy(
+        update={
+            "annotations": {
+                wk.NODEPOOL_HASH: NodePool.model_validate(pool_manifest()).template_hash(),
+                wk.NODEPOOL_HASH_VERSION: NODEPOOL_HASH_VERSION,
+            }
+        }
+    )
+    snap = snapshot([ours], [], manifest=changed)
+    assert (m.drift_reason(snap, candidates(snap)[0][0]) or "").startswith("NodePoolDrifted")
 
 
 # --- explain ---------------------------------------------------------------------------------------------

@@ -96,7 +96,11 @@ def test_nodepools_print_their_crd_printer_columns() -> None:
     nodepool = {
         "metadata": {"name": "default", "creationTimestamp": stamp(timedelta(hours=3))},
         "spec": {"template": {"spec": {"nodeClassRef": {"name": "default"}}}, "weight": 10},
-        "status": {"resources": {"nodes": "2"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        "status": {
+            "nodes": 2,
+            "resources": {"nodes": "2"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
     }
     table = tables.table(kind_of("karpenter.sh", "v1", "nodepools"), [nodepool], NOW)
     assert names(table) == ["Name", "NodeClass", "Nodes", "Ready", "Age"]

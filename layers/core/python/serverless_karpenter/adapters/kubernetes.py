@@ -310,15 +310,12 @@ class KubernetesGateway:
     def list_nodepools(self) -> list[JSON]:
         return self._list_cluster_custom(KARPENTER_GROUP, "v1", "nodepools")
 
-    def patch_nodepool_conditions(self, nodepool: Mapping[str, Any], conditions: list[JSON]) -> bool:
-        """Replace a NodePool's status conditions, as of the resourceVersion it was read at (a merge patch
-        replaces the whole list, so a concurrent writer must make this fail, not be overwritten). False
-        when the NodePool changed or went away meanwhile: the next pass sees it afresh."""
+    def patch_nodepool_status(self, nodepool: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+        """Write a NodePool's status through ``/status``, as of the resourceVersion it was read at (a merge
+        patch replaces the conditions list whole, so a concurrent writer must make this fail, not be
+        overwritten). False when the NodePool changed or went away meanwhile: the next pass sees it afresh."""
         meta = nodepool["metadata"]
-        body = {
-            "metadata": {"resourceVersion": meta.get("resourceVersion")},
-            "status": {"conditions": conditions},
-        }
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": dict(status)}
         try:
             call(
                 self.custom.patch_cluster_custom_object_status,

@@ -18,16 +18,19 @@ from serverless_karpenter.adapters.kubernetes import (
     KubernetesGateway,
     call,
 )
+from serverless_karpenter.api import conditions
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.clock import to_rfc3339
 from serverless_karpenter.observability import logger
 
 PLURAL = "ec2nodeclasses"
 VERSION = "v1"
-READY = "Ready"
-# Each resolution's own condition, as Karpenter has them; Ready is their conjunction.
+READY = conditions.READY
+VALIDATION_SUCCEEDED = "ValidationSucceeded"
+PLACEMENT_GROUP_READY = "PlacementGroupReady"
+# Each resolution's own condition, in the order the resolver works through them (a failure leaves the later
+# ones unevaluated); with ValidationSucceeded and PlacementGroupReady, Karpenter v1.14's dependents of Ready.
 PART_CONDITIONS = ("SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady")
-# Which condition a resolution error belongs to, from the field the error names.
+# Which condition a resolution error belongs to, from the field the error names, with Karpenter's reason.
 _FIELD_CONDITION = {
     "subnetSelectorTerms": ("SubnetsReady", "SubnetsNotFound"),
     "securityGroupSelectorTerms": ("SecurityGroupsReady", "SecurityGroupsNotFound"),
@@ -36,10 +39,17 @@ _FIELD_CONDITION = {
     "role": ("InstanceProfileReady", "InstanceProfileNotFound"),
     "instanceProfile": ("InstanceProfileReady", "InstanceProfileNotFound"),
 }
+# Karpenter's ValidationSucceeded while a resolution is not True (its validation controller's words).
+DEPENDENCIES_NOT_READY = "DependenciesNotReady"
+DEPENDENCIES_MESSAGE = "Awaiting AMI, Instance Profile, Security Group, and Subnet resolution"
+# A resolution that failed on a call (AccessDenied, throttling), not on a field: nothing says which part.
+RESOLUTION_FAILED = "ResolutionFailed"
+AWAITING = "AwaitingReconciliation"
+AWAITING_MESSAGE = "object is awaiting reconciliation"
 
 
 def resolved_status(resolved: ResolvedNodeClass) -> dict[str, Any]:
-    """Status fields of a node class that resolved (conditions are added by :func:`with_conditions`)."""
+    """Status fields of a node class that resolved (conditions are added by :func:`nodeclass_conditions`)."""
     status: dict[str, Any] = {
         "subnets": [
             {"id": s.id, "zone": s.zone, **({"zoneID": s.zone_id} if s.zone_id else {})}
@@ -65,39 +75,49 @@ def resolved_status(resolved: ResolvedNodeClass) -> dict[str, Any]:
     return status
 
 
-def with_conditions(
-    status: dict[str, Any],
+def nodeclass_conditions(
     error: str | None,
     previous: Mapping[str, Any] | None,
     now: datetime,
     generation: int | None,
-) -> dict[str, Any]:
-    """Add the conditions; a condition whose status did not change keeps its lastTransitionTime."""
+) -> list[dict[str, Any]]:
+    """The conditions for a resolution that succeeded (``error`` None) or failed with ``error``.
+
+    The part the error names is False with Karpenter's reason and our message (it names the field); the
+    parts the resolver reached before it are True, those after it Unknown (not looked at this pass).
+    ValidationSucceeded follows Karpenter's validation controller: False while a part is False, Unknown
+    while one is Unknown; we make no dry-run launch, so a class that resolves is True. We support no
+    placement groups, so PlacementGroupReady is True (Karpenter's value without a placement group)."""
+    wanted: list[conditions.Wanted] = []
     failed: tuple[str, str] | None = None
     if error is not None:
-        failed = next(
-            (c for field, c in _FIELD_CONDITION.items() if f"spec.{field}" in error), ("Ready", "NotReady")
+        failed = next((c for field, c in _FIELD_CONDITION.items() if f"spec.{field}" in error), None)
+    reached = True
+    for kind in PART_CONDITIONS:
+        if error is None or (failed is not None and reached and kind != failed[0]):
+            wanted.append(conditions.Wanted.true(kind))
+        elif failed is not None and kind == failed[0]:
+            wanted.append(conditions.Wanted(kind, conditions.FALSE, failed[1], error))
+            reached = False
+        else:
+            wanted.append(conditions.Wanted(kind, conditions.UNKNOWN, AWAITING, AWAITING_MESSAGE))
+    if error is None:
+        wanted.append(conditions.Wanted.true(VALIDATION_SUCCEEDED))
+    elif failed is None:
+        wanted.append(conditions.Wanted(VALIDATION_SUCCEEDED, conditions.FALSE, RESOLUTION_FAILED, error))
+    else:
+        wanted.append(
+            conditions.Wanted(
+                VALIDATION_SUCCEEDED, conditions.FALSE, DEPENDENCIES_NOT_READY, DEPENDENCIES_MESSAGE
+            )
         )
-    before = {c.get("type"): c for c in (previous or {}).get("conditions") or []}
-    conditions = []
-    for kind in (*PART_CONDITIONS, READY):
-        bad = failed is not None and kind in (failed[0], READY)
-        condition: dict[str, Any] = {
-            "type": kind,
-            "status": "False" if bad else "True",
-            "reason": failed[1] if bad and failed else kind,
-            "message": (error or "") if bad else "",
-        }
-        if generation is not None:
-            condition["observedGeneration"] = generation
-        old = before.get(kind) or {}
-        condition["lastTransitionTime"] = (
-            old["lastTransitionTime"]
-            if old.get("status") == condition["status"] and old.get("lastTransitionTime")
-            else to_rfc3339(now)
-        )
-        conditions.append(condition)
-    return {**status, "conditions": conditions}
+    wanted.append(conditions.Wanted.true(PLACEMENT_GROUP_READY))
+    return conditions.with_conditions((previous or {}).get("conditions") or [], wanted, generation, now)
+
+
+def ready_condition(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The status's Ready condition, or None before any was written."""
+    return next((c for c in status.get("conditions") or [] if c.get("type") == READY), None)
 
 
 def desired_status(
@@ -114,7 +134,7 @@ def desired_status(
         else {k: v for k, v in previous.items() if k != "conditions"}
     )
     generation = (nodeclass.get("metadata") or {}).get("generation")
-    return with_conditions(base, error, previous, now, generation)
+    return {**base, "conditions": nodeclass_conditions(error, previous, now, generation)}
 
 
 def write_status(

@@ -35,6 +35,7 @@ CAPACITY_TYPES = (CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_ON_D
 AWS_GROUP = "karpenter.k8s.aws"
 EC2NODECLASS = "karpenter.k8s.aws/ec2nodeclass"
 EC2NODECLASS_HASH = "karpenter.k8s.aws/ec2nodeclass-hash"
+EC2NODECLASS_HASH_VERSION = "karpenter.k8s.aws/ec2nodeclass-hash-version"
 INSTANCE_CATEGORY = "karpenter.k8s.aws/instance-category"
 INSTANCE_FAMILY = "karpenter.k8s.aws/instance-family"
 INSTANCE_GENERATION = "karpenter.k8s.aws/instance-generation"

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.api.ec2nodeclass import EC2NODECLASS_HASH_VERSION
+from serverless_karpenter.api.nodepool import NODEPOOL_HASH_VERSION
 from serverless_karpenter.disruption.budgets import (
     REASON_DRIFTED,
     REASON_EMPTY,
@@ -420,12 +422,25 @@ def consolidate(
 def drift_reason(snapshot: Snapshot, candidate: Candidate) -> str | None:
     record = candidate.record
     annotations = {**record.annotations, **(candidate.node["metadata"].get("annotations") or {})}
+    # As Karpenter: a hash of another computation (another version: Karpenter's own, on a node it launched)
+    # says nothing about drift. A record from before versions were written counts as ours.
     pool_hash = annotations.get(wk.NODEPOOL_HASH)
-    if pool_hash and pool_hash != candidate.nodepool.template_hash():
+    pool_version = annotations.get(wk.NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION)
+    if (
+        pool_hash
+        and pool_version == NODEPOOL_HASH_VERSION
+        and pool_hash != candidate.nodepool.template_hash()
+    ):
         return "NodePoolDrifted: the NodePool template changed"
     nodeclass = snapshot.nodeclasses.get(record.nodeclass)
     class_hash = annotations.get(wk.EC2NODECLASS_HASH)
-    if nodeclass is not None and class_hash and class_hash != nodeclass.static_hash():
+    class_version = annotations.get(wk.EC2NODECLASS_HASH_VERSION, EC2NODECLASS_HASH_VERSION)
+    if (
+        nodeclass is not None
+        and class_hash
+        and class_version == EC2NODECLASS_HASH_VERSION
+        and class_hash != nodeclass.static_hash()
+    ):
         return "NodeClassDrifted: the EC2NodeClass changed"
     resolved = snapshot.resolved.get(record.nodeclass)
     if resolved is not None:

@@ -13,13 +13,16 @@ import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serverless_karpenter import naming
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.interruption.rules import RULE_PATTERNS
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.scheduler import instance_type_mismatch, nodepool_requirements
+
+if TYPE_CHECKING:
+    from serverless_karpenter.doctor.karpenter import KarpenterFacts
 
 
 class Status(StrEnum):
@@ -41,6 +44,8 @@ class CheckId(StrEnum):
     LAMBDA_PERMISSIONS = "lambda-permissions"
     CLUSTER_NETWORK = "cluster-network"
     DAEMONSETS_FIT = "daemonsets-fit"
+    KARPENTER_CRDS = "karpenter-crds"
+    IN_CLUSTER_KARPENTER = "in-cluster-karpenter"
 
 
 @dataclass(frozen=True)
@@ -258,6 +263,8 @@ class Facts:
     cluster_unavailable: str = ""
     # None: not gathered (no EKS cluster, or no function of the stack to look at).
     network: NetworkFacts | None = None
+    # Karpenter's CRDs and controller in the cluster; None: the cluster was not read.
+    karpenter: KarpenterFacts | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -1198,7 +1205,20 @@ def check_daemonsets_fit(facts: Facts, overhead: Callable[..., resources.Resourc
     return out
 
 
+def _karpenter_checks(
+    run: Callable[[KarpenterFacts], list[CheckResult]],
+) -> Callable[[Facts], list[CheckResult]]:
+    def checked(facts: Facts) -> list[CheckResult]:
+        assert facts.karpenter is not None, "gathered with the cluster"
+        return run(facts.karpenter)
+
+    return checked
+
+
 def run_checks(facts: Facts, overhead: Callable[..., resources.ResourceList]) -> list[CheckResult]:
+    # Here, not at the top: doctor.karpenter builds on this module's results.
+    from serverless_karpenter.doctor.karpenter import check_crds, check_in_cluster_karpenter
+
     checks: list[tuple[CheckId, bool, Callable[[Facts], list[CheckResult]]]] = [
         # (check, whether it reads the cluster, the check)
         (CheckId.STACK, False, check_stack),
@@ -1212,6 +1232,8 @@ def run_checks(facts: Facts, overhead: Callable[..., resources.ResourceList]) ->
         (CheckId.LAMBDA_PERMISSIONS, False, check_lambda_permissions),
         (CheckId.CLUSTER_NETWORK, False, check_cluster_network),
         (CheckId.DAEMONSETS_FIT, True, lambda f: check_daemonsets_fit(f, overhead)),
+        (CheckId.KARPENTER_CRDS, True, _karpenter_checks(check_crds)),
+        (CheckId.IN_CLUSTER_KARPENTER, True, _karpenter_checks(check_in_cluster_karpenter)),
     ]
     out: list[CheckResult] = []
     for check, reads_cluster, run in checks:

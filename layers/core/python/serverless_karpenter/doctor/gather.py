@@ -17,6 +17,7 @@ from serverless_karpenter import naming
 from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
 from serverless_karpenter.adapters.operator_reads import read_config_map
 from serverless_karpenter.api import labels
+from serverless_karpenter.doctor import karpenter
 from serverless_karpenter.doctor.checks import (
     CONFIG_MAP,
     QUEUE_SETTING,
@@ -299,6 +300,7 @@ class Gatherer:
             facts.daemonsets = kube.list_daemonsets()
             facts.instance_types = self.instance_types(nodeclass_specs, facts.nodeclasses)
             facts.access = self.access(eks_cluster)
+            facts.karpenter = karpenter.gather(kube)
         return facts
 
     def eks_cluster(self) -> dict[str, Any] | None:

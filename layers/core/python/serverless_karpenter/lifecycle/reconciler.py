@@ -15,6 +15,7 @@ from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.deployment import FUNCTION_TIMEOUT_SECONDS
+from serverless_karpenter.lifecycle import node_metadata, nodepool_status
 from serverless_karpenter.lifecycle.launch import launch_record, launch_templates_of, mark_launched
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
@@ -39,10 +40,15 @@ class LifecycleResult:
     launch_templates_deleted: list[str] = field(default_factory=list)
 
 
-def registration_patch(record: NodeClaimRecord, node: Mapping[str, Any]) -> dict[str, Any]:
-    """Labels and taints from the NodeClaim; the unregistered taint off; our finalizer on."""
+def registration_patch(
+    record: NodeClaimRecord,
+    node: Mapping[str, Any],
+    type_labels: Mapping[str, str] | None = None,
+    nodeclass: ResolvedNodeClass | None = None,
+) -> dict[str, Any]:
+    """The claim's labels and annotations (:mod:`~serverless_karpenter.lifecycle.node_metadata`) and
+    taints; the unregistered taint off; our finalizer on."""
     meta = node.get("metadata", {})
-    labels = {**record.labels, wk.NODEPOOL: record.nodepool, wk.REGISTERED: "true"}
     taints = [
         t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != wk.UNREGISTERED_TAINT_KEY
     ]
@@ -53,14 +59,8 @@ def registration_patch(record: NodeClaimRecord, node: Mapping[str, Any]) -> dict
     finalizers = list(meta.get("finalizers") or [])
     if wk.TERMINATION_FINALIZER not in finalizers:
         finalizers.append(wk.TERMINATION_FINALIZER)
-    return {
-        "metadata": {
-            "labels": labels,
-            "finalizers": finalizers,
-            "resourceVersion": meta.get("resourceVersion"),
-        },
-        "spec": {"taints": taints},
-    }
+    metadata = node_metadata.registration_metadata(record, node, type_labels or {}, nodeclass)
+    return {"metadata": {**metadata, "finalizers": finalizers}, "spec": {"taints": taints}}
 
 
 def is_initialized(record: NodeClaimRecord, node: Mapping[str, Any]) -> bool:
@@ -84,6 +84,10 @@ def is_initialized(record: NodeClaimRecord, node: Mapping[str, Any]) -> bool:
 class LifecycleReconciler:
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
+        # Each EC2NodeClass with the status this pass gave it, for its NodePools' NodeClassReady.
+        self.nodeclasses: dict[str, Mapping[str, Any]] = {}
+        # Per EC2NodeClass, each instance type's labels: what a registering node is labelled with.
+        self._type_labels: dict[str, dict[str, Mapping[str, str]]] = {}
 
     def reconcile(self) -> LifecycleResult:
         plane = self.plane
@@ -106,8 +110,26 @@ class LifecycleReconciler:
                 continue  # somebody else moved it; the next pass sees the new version
         self._garbage_collect(records, instances, result)
         self._sweep_launch_templates(resolved, result)
-        self._emit_state_counts(plane.store.list_live())
+        live = plane.store.list_live()
+        self._emit_state_counts(live)
+        self._write_nodepool_status(live, nodes, {r.provider_id for r in records if r.provider_id})
         return result
+
+    def _write_nodepool_status(
+        self, live: list[NodeClaimRecord], nodes: Mapping[str, Mapping[str, Any]], known: set[str]
+    ) -> None:
+        """Each NodePool's status as of the end of this pass (what it launched, registered and closed)."""
+        plane = self.plane
+        try:
+            nodepools = plane.kube.list_nodepools()
+        except KubernetesError as error:
+            logger.warning("could not list NodePools for their status", extra={"error": str(error)})
+            return
+        usage = nodepool_status.usage_by_nodepool(live, nodes, known)
+        for nodepool, status in nodepool_status.pass_statuses(
+            nodepools, self.nodeclasses, usage, plane.clock.now()
+        ):
+            nodepool_status.write_status(plane.kube, nodepool, status)
 
     def resolve_nodeclasses(self) -> dict[str, ResolvedNodeClass | None]:
         """Resolve every EC2NodeClass and write what it resolved to (or why not) to its status."""
@@ -123,8 +145,11 @@ class LifecycleReconciler:
                 error = str(failure)
                 logger.warning("EC2NodeClass not ready", extra={"ec2nodeclass": name, "error": error})
             out[name] = resolved
+            self.nodeclasses[name] = spec
             if not (spec.get("metadata") or {}).get("deletionTimestamp"):
                 nodeclass_status.write_status(plane.kube, spec, resolved, error, plane.clock.now())
+                status = nodeclass_status.desired_status(spec, resolved, error, plane.clock.now())
+                self.nodeclasses[name] = {**spec, "status": status}
         return out
 
     def _nodeclass(self, name: str, cache: dict[str, ResolvedNodeClass | None]) -> ResolvedNodeClass | None:
@@ -206,7 +231,7 @@ class LifecycleReconciler:
             return
         if record.state == NodeClaimState.LAUNCHED:
             if node is not None:
-                self._register(record, node, result)
+                self._register(record, node, resolved.get(record.nodeclass), result)
             elif record.launched_at and now - record.launched_at > timedelta(
                 seconds=settings.registration_timeout_seconds
             ):
@@ -222,7 +247,11 @@ class LifecycleReconciler:
             plane.launcher.terminate([instance.id])
             self._close(record, result)
             return
+        if record.state == NodeClaimState.INITIALIZED and node is not None:
+            # Labelled when it initialized; a node initialized before we labelled (or adopted) gets it now.
+            self._label_initialized(node)
         if record.state == NodeClaimState.REGISTERED and node is not None and is_initialized(record, node):
+            self._label_initialized(node)
             saved = plane.store.save(
                 record.model_copy(update={"state": NodeClaimState.INITIALIZED, "initialized_at": now})
             )
@@ -261,10 +290,31 @@ class LifecycleReconciler:
             return
         result.deleted.append(record.name)
 
-    def _register(self, record: NodeClaimRecord, node: Mapping[str, Any], result: LifecycleResult) -> None:
+    def _label_initialized(self, node: Mapping[str, Any]) -> None:
+        patch = node_metadata.initialized_patch(node)
+        if patch is not None:
+            self.plane.kube.patch_node(node["metadata"]["name"], patch)
+
+    def type_labels(self, record: NodeClaimRecord, nodeclass: ResolvedNodeClass | None) -> Mapping[str, str]:
+        """The launched instance type's labels, from the catalog the provisioner chose it from."""
+        if nodeclass is None or not record.instance_type:
+            return {}
+        if record.nodeclass not in self._type_labels:
+            types = self.plane.instance_types.instance_types(nodeclass, {})
+            self._type_labels[record.nodeclass] = {it.name: it.labels for it in types}
+        return self._type_labels[record.nodeclass].get(record.instance_type, {})
+
+    def _register(
+        self,
+        record: NodeClaimRecord,
+        node: Mapping[str, Any],
+        nodeclass: ResolvedNodeClass | None,
+        result: LifecycleResult,
+    ) -> None:
         plane = self.plane
         name = node["metadata"]["name"]
-        plane.kube.patch_node(name, registration_patch(record, node))
+        patch = registration_patch(record, node, self.type_labels(record, nodeclass), nodeclass)
+        plane.kube.patch_node(name, patch)
         saved = plane.store.save(
             record.model_copy(
                 update={

@@ -14,9 +14,9 @@ from serverless_karpenter import crashpoints, solver
 from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
+from serverless_karpenter.api.ec2nodeclass import EC2NODECLASS_HASH_VERSION, EC2NodeClass
 from serverless_karpenter.api.errors import ManifestError
-from serverless_karpenter.api.nodepool import NodePool
+from serverless_karpenter.api.nodepool import NODEPOOL_HASH_VERSION, NodePool
 from serverless_karpenter.lifecycle.launch import launch_record
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
@@ -24,7 +24,6 @@ from serverless_karpenter.provisioning.context import ControlPlane, InstanceType
 from serverless_karpenter.provisioning.nodepool_validation import (
     VALIDATION_FAILED,
     InvalidNodePool,
-    conditions_after_validation,
     split_usable,
 )
 from serverless_karpenter.scheduling import pods as podlib
@@ -607,29 +606,15 @@ class Provisioner:
         return outcome
 
     def report_validation(self, state: ClusterState) -> None:
-        """Say on each NodePool whether it passed validation (conditions and, when not, a Warning Event),
-        writing only what changed. A status write that fails is retried by the next pass."""
-        kube, now = self.plane.kube, self.plane.clock.now()
-        verdicts: list[tuple[Mapping[str, Any], str | None]] = [
-            (inv.manifest, inv.problem) for inv in state.invalid_nodepools
-        ]
-        verdicts += [(manifest, None) for manifest in state.nodepools]
-        for manifest, problem in verdicts:
-            name = manifest["metadata"]["name"]
-            if problem is not None:
-                logger.warning(
-                    "NodePool is not valid; skipping it", extra={"nodepool": name, "error": problem}
-                )
-                kube.record_event(manifest, VALIDATION_FAILED, problem, "Warning")
-            conditions = conditions_after_validation(manifest, problem, now)
-            if conditions is None:
-                continue
-            try:
-                kube.patch_nodepool_conditions(manifest, conditions)
-            except KubernetesError as error:
-                logger.warning(
-                    "could not write NodePool status", extra={"nodepool": name, "error": str(error)}
-                )
+        """Say why each invalid NodePool is skipped (a log line and a Warning Event). Its conditions
+        (ValidationSucceeded, Ready) are written with the rest of its status by the lifecycle pass
+        (:mod:`serverless_karpenter.lifecycle.nodepool_status`)."""
+        for invalid in state.invalid_nodepools:
+            logger.warning(
+                "NodePool is not valid; skipping it",
+                extra={"nodepool": invalid.name, "error": invalid.problem},
+            )
+            self.plane.kube.record_event(invalid.manifest, VALIDATION_FAILED, invalid.problem, "Warning")
 
     def create_record(
         self, claim: NewNodeClaim, nodepool: NodePool | None, nodeclass: EC2NodeClass | None
@@ -700,19 +685,25 @@ def from_templates(nodepool: NodePool | None, nodeclass: EC2NodeClass | None) ->
         grace = nodepool.termination_grace_period_timedelta()
         fields["expire_after_seconds"] = expire_after.total_seconds() if expire_after is not None else None
         fields["termination_grace_period_seconds"] = grace.total_seconds() if grace is not None else None
-    annotations = drift_hashes(nodepool, nodeclass)
+    # The template's annotations go on the claim and its Node, as Karpenter's claim template does.
+    template = dict(nodepool.spec.template.metadata.annotations or {}) if nodepool is not None else {}
+    annotations = {**template, **drift_hashes(nodepool, nodeclass)}
     if annotations:
         fields["annotations"] = annotations
     return fields
 
 
 def drift_hashes(nodepool: NodePool | None, nodeclass: EC2NodeClass | None) -> dict[str, str]:
-    """The NodePool and EC2NodeClass hashes a NodeClaim carries, for drift to compare with."""
+    """The NodePool and EC2NodeClass hashes a NodeClaim carries, for drift to compare with, each with the
+    version of its computation (Karpenter's ``-hash-version`` annotations; ours are our own, see
+    :data:`~serverless_karpenter.api.nodepool.NODEPOOL_HASH_VERSION`)."""
     hashes: dict[str, str] = {}
     if nodepool is not None:
         hashes[wk.NODEPOOL_HASH] = nodepool.template_hash()
+        hashes[wk.NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
     if nodeclass is not None:
         hashes[wk.EC2NODECLASS_HASH] = nodeclass.static_hash()
+        hashes[wk.EC2NODECLASS_HASH_VERSION] = EC2NODECLASS_HASH_VERSION
     return hashes
 
 
