@@ -113,8 +113,11 @@ class Adoption:
         provider_id = (manifest.get("status") or {}).get("providerID")
         instance = instances.get(build.instance_id_of(provider_id) or "")
         alive = instance is not None and instance.state not in GONE_STATES
-        closed = plane.store.get(name)  # not live (we listed those): ours, and finished
-        if closed is not None or (provider_id and not alive) or (deleting and not provider_id):
+        stored = plane.store.get(name)
+        if stored is not None and stored.state != NodeClaimState.TERMINATED:
+            return  # recorded since the pass listed the live ones: ours, reconciled next pass
+        closed = stored is not None  # ours, and finished: its object outlived it
+        if closed or (provider_id and not alive) or (deleting and not provider_id):
             node = nodes.get(provider_id or "")
             if node is not None and node_is_ready(node) and not deleting:
                 # Karpenter's garbage collection: a Ready Node means its kubelet still runs; wait.
