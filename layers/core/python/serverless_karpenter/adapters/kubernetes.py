@@ -345,45 +345,28 @@ class KubernetesGateway:
                 return []
             raise
 
-    # -- nodeclaims with no record (lifecycle/adoption.py) ------------------------------------------
+    # -- NodeClaims (mirrored from the DynamoDB records: lifecycle/nodeclaim_objects.py) ---------------
 
     def list_nodeclaims(self) -> list[JSON]:
-        """Every NodeClaim object; none when the CRD is not installed (a cluster that never ran Karpenter)."""
-        try:
-            return self._list_cluster_custom(KARPENTER_GROUP, "v1", "nodeclaims")
-        except KubernetesError as error:
-            if error.status == 404:
-                return []
-            raise
+        return self._list_cluster_custom(KARPENTER_GROUP, "v1", "nodeclaims")
+
+    def patch_nodeclaim(self, name: str, patch: JSON | list[JSON]) -> JSON:
+        """A merge patch (a dict) or a JSON patch (a list) of the NodeClaim's metadata."""
+        kwargs = {"_content_type": "application/json-patch+json"} if isinstance(patch, list) else {}
+        return call(
+            self.custom.patch_cluster_custom_object,
+            KARPENTER_GROUP,
+            "v1",
+            "nodeclaims",
+            name,
+            patch,
+            **kwargs,
+        )
 
     def delete_nodeclaim(self, name: str) -> None:
+        """Delete a NodeClaim (its finalizer holds it, with a deletionTimestamp); gone already is fine."""
         try:
             call(self.custom.delete_cluster_custom_object, KARPENTER_GROUP, "v1", "nodeclaims", name)
-        except KubernetesError as error:
-            if error.status != 404:
-                raise
-
-    def remove_nodeclaim_finalizer(self, claim: Mapping[str, Any], finalizer: str) -> None:
-        """As :meth:`remove_node_finalizer`: a JSON patch that tests the value it removes."""
-        meta = claim["metadata"]
-        finalizers = list(meta.get("finalizers") or [])
-        if finalizer not in finalizers:
-            return
-        index = finalizers.index(finalizer)
-        ops = [
-            {"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizer},
-            {"op": "remove", "path": f"/metadata/finalizers/{index}"},
-        ]
-        try:
-            call(
-                self.custom.patch_cluster_custom_object,
-                KARPENTER_GROUP,
-                "v1",
-                "nodeclaims",
-                meta["name"],
-                ops,
-                _content_type="application/json-patch+json",
-            )
         except KubernetesError as error:
             if error.status != 404:
                 raise

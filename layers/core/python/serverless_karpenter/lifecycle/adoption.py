@@ -78,11 +78,21 @@ class Adoption:
         records: list[NodeClaimRecord],
         nodes: Mapping[str, Mapping[str, Any]],
         resolved: Mapping[str, ResolvedNodeClass | None],
+        objects: list[dict[str, Any]] | None = None,
     ) -> AdoptionResult:
-        """Act on every NodeClaim object with no live record. ``nodes`` are by providerID."""
+        """Act on every NodeClaim object with no live record. ``nodes`` are by providerID; ``objects`` are
+        the NodeClaims when the caller listed them already. A failed LIST fails the pass, so that garbage
+        collection never runs without knowing which instances some claim names."""
         result = AdoptionResult()
+        if objects is None:
+            try:
+                objects = self.plane.kube.list_nodeclaims()
+            except KubernetesError as error:
+                if error.status != 404:
+                    raise
+                objects = []  # no NodeClaim CRD: no claims
         live = {r.name for r in records}
-        unrecorded = [c for c in self.plane.kube.list_nodeclaims() if c["metadata"]["name"] not in live]
+        unrecorded = [c for c in objects if c["metadata"]["name"] not in live]
         if not unrecorded:
             return result
         named = [build.instance_id_of((c.get("status") or {}).get("providerID")) for c in unrecorded]
@@ -233,7 +243,7 @@ class Adoption:
         logger.error("failed launching nodeclaim", extra={"nodeclaim": name, "error": message})
         self.plane.kube.record_event(manifest, reason, f"NodeClaim {name} event: {message}", "Warning")
         self.plane.kube.delete_nodeclaim(name)
-        self.plane.kube.remove_nodeclaim_finalizer(manifest, wk.TERMINATION_FINALIZER)
+        _remove_finalizer(self.plane, manifest)
 
     # -- leftovers -----------------------------------------------------------------------------------
 
@@ -257,7 +267,7 @@ class Adoption:
             + (f" ({provider_id})" if provider_id else ""),
         )
         kube.delete_nodeclaim(name)
-        kube.remove_nodeclaim_finalizer(manifest, wk.TERMINATION_FINALIZER)
+        _remove_finalizer(self.plane, manifest)
         logger.info(
             "garbage collecting nodeclaim with no cloudprovider representation",
             extra={"nodeclaim": name, "provider-id": provider_id},
@@ -282,6 +292,24 @@ class Adoption:
         if found is None or spec is None:
             return []
         return list(self.plane.instance_types.instance_types(found, spec))
+
+
+def _remove_finalizer(plane: ControlPlane, manifest: Mapping[str, Any]) -> None:
+    """Our finalizer off a NodeClaim being deleted: a JSON patch testing the value it removes, so a
+    concurrent change of the list fails it rather than being undone. Gone already is fine."""
+    finalizers = list(manifest["metadata"].get("finalizers") or [])
+    if wk.TERMINATION_FINALIZER not in finalizers:
+        return
+    index = finalizers.index(wk.TERMINATION_FINALIZER)
+    path = f"/metadata/finalizers/{index}"
+    try:
+        plane.kube.patch_nodeclaim(
+            manifest["metadata"]["name"],
+            [{"op": "test", "path": path, "value": wk.TERMINATION_FINALIZER}, {"op": "remove", "path": path}],
+        )
+    except KubernetesError as error:
+        if error.status != 404:
+            raise
 
 
 def _parsed(model: type[NodePool] | type[EC2NodeClass], manifest: Mapping[str, Any] | None) -> Any:
