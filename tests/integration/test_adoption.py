@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.api.nodepool import NodePool
+from serverless_karpenter.api.nodepool import NODEPOOL_HASH_VERSION, NodePool
 from serverless_karpenter.clock import parse_rfc3339
 from serverless_karpenter.lifecycle.adoption_records import instance_id_of
 from serverless_karpenter.lifecycle.model import NodeClaimState
@@ -79,6 +79,7 @@ def test_karpenter_nodeclaims_are_adopted_without_churn_and_drift_replaces_them(
             node = sim.kube.get_node(record.node_name or "")
             assert node is not None
             assert node["metadata"]["annotations"][wk.NODEPOOL_HASH] == pool.template_hash()
+            assert node["metadata"]["annotations"][wk.NODEPOOL_HASH_VERSION] == NODEPOOL_HASH_VERSION
         # Nothing launched, nothing terminated: the same 3 instances run, and the untagged one now carries
         # its claim (as Karpenter's tagging controller would have tagged it).
         assert all(calls[op] == 0 for op in LAUNCH_OR_TERMINATE), calls

@@ -9,7 +9,7 @@ from typing import Any
 from serverless_karpenter.adapters.ec2 import Instance
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.nodeclaim import NodeClaim
-from serverless_karpenter.api.nodepool import NodePool
+from serverless_karpenter.api.nodepool import NODEPOOL_HASH_VERSION, NodePool
 from serverless_karpenter.lifecycle.adoption_records import (
     adopted_hash,
     adopted_record,
@@ -194,6 +194,7 @@ def test_a_karpenter_claim_becomes_a_record_with_its_instance_spec_and_times() -
         == datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
     )
     assert record.annotations[wk.NODEPOOL_HASH] == pool.template_hash()
+    assert record.annotations[wk.NODEPOOL_HASH_VERSION] == NODEPOOL_HASH_VERSION  # ours from now on
     assert record.annotations["keep"] == "me"
     assert record.instance_type_options == [option]
 

@@ -38,10 +38,10 @@ from serverless_karpenter.adapters.ec2 import Instance, ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.api.ec2nodeclass import EC2NODECLASS_HASH_VERSION, EC2NodeClass
+from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.nodeclaim import NodeClaim
-from serverless_karpenter.api.nodepool import NODEPOOL_HASH_VERSION, NodePool
+from serverless_karpenter.api.nodepool import NodePool
 from serverless_karpenter.lifecycle import adoption_records as build
 from serverless_karpenter.lifecycle.launch import launch_record
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
@@ -326,12 +326,11 @@ def _annotations(manifest: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def _hashes(record: NodeClaimRecord) -> dict[str, str]:
-    """The drift annotations a Node of this record carries: our hashes, with our versions."""
-    out: dict[str, str] = {}
-    if wk.NODEPOOL_HASH in record.annotations:
-        out[wk.NODEPOOL_HASH] = record.annotations[wk.NODEPOOL_HASH]
-        out[wk.NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
-    if wk.EC2NODECLASS_HASH in record.annotations:
-        out[wk.EC2NODECLASS_HASH] = record.annotations[wk.EC2NODECLASS_HASH]
-        out[build.EC2NODECLASS_HASH_VERSION_KEY] = EC2NODECLASS_HASH_VERSION
-    return out
+    """The drift annotations a Node of this record carries: the record's hashes, with our versions."""
+    keys = (
+        wk.NODEPOOL_HASH,
+        wk.NODEPOOL_HASH_VERSION,
+        wk.EC2NODECLASS_HASH,
+        build.EC2NODECLASS_HASH_VERSION_KEY,
+    )
+    return {k: record.annotations[k] for k in keys if k in record.annotations}

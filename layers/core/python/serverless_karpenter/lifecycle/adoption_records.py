@@ -11,14 +11,14 @@ from typing import Any
 
 from serverless_karpenter.adapters.ec2 import Instance
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
+from serverless_karpenter.api.ec2nodeclass import EC2NODECLASS_HASH_VERSION, EC2NodeClass
 from serverless_karpenter.api.nodeclaim import (
     CONDITION_INITIALIZED,
     CONDITION_LAUNCHED,
     CONDITION_REGISTERED,
     NodeClaim,
 )
-from serverless_karpenter.api.nodepool import NodePool
+from serverless_karpenter.api.nodepool import NODEPOOL_HASH_VERSION, NodePool
 from serverless_karpenter.clock import parse_rfc3339
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 from serverless_karpenter.provisioning.provisioner import from_templates
@@ -72,7 +72,8 @@ def adopted_hash(
     Karpenter drifts a claim whose hash differs from its owner's at the same hash version, and re-stamps
     (does not drift) one whose version differs. So: equal hashes, a version change, or nothing to compare
     mean "not drifted" (our hash of the owner as it is now); differing hashes at one version mean Karpenter
-    saw it drifted, and the claim keeps its own hash, which ours never equals."""
+    saw it drifted, and the claim keeps its own hash, which ours never equals. Either is recorded with our
+    hash version, so drift compares it with ours from now on."""
     claim_hash, owner_hash = claim.get(hash_key), owner.get(hash_key)
     if not claim_hash or not owner_hash or claim.get(version_key) != owner.get(version_key):
         return ours
@@ -143,6 +144,7 @@ def adopted_record(
             wk.NODEPOOL_HASH_VERSION,
             nodepool.template_hash(),
         )
+        annotations[wk.NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
     if nodeclass is not None:
         annotations[wk.EC2NODECLASS_HASH] = adopted_hash(
             meta.annotations,
@@ -151,6 +153,7 @@ def adopted_record(
             EC2NODECLASS_HASH_VERSION_KEY,
             nodeclass.static_hash(),
         )
+        annotations[EC2NODECLASS_HASH_VERSION_KEY] = EC2NODECLASS_HASH_VERSION
     created = parse_rfc3339(meta.creation_timestamp) if meta.creation_timestamp else instance.launch_time
     return NodeClaimRecord(
         name=claim.name,
