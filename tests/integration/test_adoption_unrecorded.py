@@ -130,3 +130,30 @@ def test_a_users_nodeclaim_is_launched_and_a_leftover_is_garbage_collected(tmp_p
         assert report.ok, report.violations()
     finally:
         sim.stop()
+
+
+def test_a_karpenter_nodeclaim_deleted_while_karpenter_was_away_is_drained_and_terminated() -> None:
+    with running(scenario("adoption"), tick_seconds=10) as (sim, watch):
+        seed, _ = sim.scenario.steps
+        sim.run_step(seed)
+        victim = sorted(c["metadata"]["name"] for c in sim.kube.list_nodeclaims())[0]
+        # `kubectl delete nodeclaim` after Karpenter was scaled to zero: its finalizer holds the object.
+        sim.kube.delete_nodeclaim(victim)
+        [held] = [c for c in sim.kube.list_nodeclaims() if c["metadata"]["name"] == victim]
+        assert held["metadata"].get("deletionTimestamp")
+        instance_id = held["status"]["providerID"].rsplit("/", 1)[-1]
+        for _ in range(15):
+            sim.run_for(60)
+            if victim not in {c["metadata"]["name"] for c in sim.kube.list_nodeclaims()}:
+                break
+        record = sim.plane.store.get(victim)
+        assert record is not None and record.state == NodeClaimState.TERMINATED
+        assert record.disruption_reason == "NodeClaimDeleted"
+        assert victim in watch.disrupting_at
+        raw = sim.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+        assert raw["State"]["Name"] in ("shutting-down", "terminated")
+        assert victim not in {c["metadata"]["name"] for c in sim.kube.list_nodeclaims()}
+        # Its pods moved to new capacity, under the PDB; the other two adopted claims were left alone.
+        assert sum(1 for p in sim.kube.list_pods() if (p.get("status") or {}).get("phase") == "Running") == 9
+        assert sim.kube_server.audit.pdb_violations == 0
+        assert len([r for r in sim.plane.store.list_live() if r.name.startswith("default-kp")]) == 2

@@ -50,6 +50,7 @@ from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.termination.terminator import GONE_STATES, begin_deletion, node_is_ready
 
 ADOPTED_EVENT = "Adopted"
+NODECLAIM_DELETED = "NodeClaimDeleted"  # the disruption reason of a claim deleted in the cluster
 GARBAGE_COLLECTED_EVENT = "GarbageCollected"
 INSUFFICIENT_CAPACITY_EVENT = "InsufficientCapacityError"
 NODECLASS_NOT_READY_EVENT = "NodeClassNotReady"
@@ -145,7 +146,7 @@ class Adoption:
             result.adopted.append(record)
             result.instances[instance.id] = instance
             if deleting:  # `kubectl delete nodeclaim` while Karpenter was away: drain and terminate it
-                begin_deletion(plane, record, "Deleted")
+                begin_deletion(plane, record, NODECLAIM_DELETED, disruption_event=False)
             return
         self._launch(claim, manifest, resolved, result)
 
