@@ -143,10 +143,10 @@ class Adoption:
             return
         if instance is not None and alive:
             record = self._adopt(claim, manifest, instance, nodes.get(provider_id or ""), resolved)
-            result.adopted.append(record)
             result.instances[instance.id] = instance
             if deleting:  # `kubectl delete nodeclaim` while Karpenter was away: drain and terminate it
-                begin_deletion(plane, record, NODECLAIM_DELETED, disruption_event=False)
+                record = begin_deletion(plane, record, NODECLAIM_DELETED, disruption_event=False)
+            result.adopted.append(record)
             return
         self._launch(claim, manifest, resolved, result)
 
