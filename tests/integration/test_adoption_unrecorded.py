@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.adoption import GARBAGE_COLLECTED_EVENT, Adoption
 from serverless_karpenter.lifecycle.model import NodeClaimState
@@ -157,3 +158,34 @@ def test_a_karpenter_nodeclaim_deleted_while_karpenter_was_away_is_drained_and_t
         assert sum(1 for p in sim.kube.list_pods() if (p.get("status") or {}).get("phase") == "Running") == 9
         assert sim.kube_server.audit.pdb_violations == 0
         assert len([r for r in sim.plane.store.list_live() if r.name.startswith("default-kp")]) == 2
+
+
+def test_garbage_collection_spares_the_instances_of_nodeclaims_not_yet_adopted() -> None:
+    with running(scenario("adoption"), tick_seconds=10) as (sim, _):
+        calls = _count_ec2_calls(sim)
+        seed, _ = sim.scenario.steps
+        sim.run_step(seed)
+        seeded = {c["status"]["providerID"].rsplit("/", 1)[-1] for c in sim.kube.list_nodeclaims()}
+        # Every adoption loses its conditional write (as to a writer that keeps getting there first) for
+        # longer than the garbage-collection grace: the tagged instances have no record all that time.
+        create = sim.plane.store.create
+
+        def lose(record: Any) -> Any:
+            raise ConflictError(f"nodeclaim {record.name} exists")
+
+        sim.plane.store.create = lose  # type: ignore[method-assign]
+        try:
+            sim.run_for(sim.settings.garbage_collection_grace_seconds + 120)
+        finally:
+            sim.plane.store.create = create  # type: ignore[method-assign]
+        assert sim.plane.store.list() == []
+        assert calls["TerminateInstances"] == 0, "an instance some NodeClaim names is nobody's orphan"
+        states = {
+            raw["InstanceId"]: raw["State"]["Name"]
+            for reservation in sim.ec2.describe_instances(InstanceIds=sorted(seeded))["Reservations"]
+            for raw in reservation["Instances"]
+        }
+        assert set(states.values()) == {"running"}
+        sim.run_for(120)
+        assert len(sim.plane.store.list_live()) == 3
+        assert all(calls[op] == 0 for op in LAUNCH_OR_TERMINATE), calls
