@@ -9,7 +9,8 @@ live record is one of:
   EC2NodeClass, requirements, resources, expireAfter and terminationGracePeriod from its spec, times
   from the object), and its instance keeps running. Nothing is terminated or relaunched.
 - **A user's** (``kubectl create`` of a NodeClaim, no providerID): launched through our launch path, as
-  Karpenter's lifecycle controller launches it.
+  Karpenter's lifecycle controller launches it. Never one of ours: the mirror writes the objects of
+  launched records only, and deletes an object before its record goes.
 - **A leftover** (providerID set, instance gone; or being deleted with nothing launched; or the object
   of a record we closed): finalized as Karpenter's garbage collection would, with an event.
 
@@ -172,9 +173,9 @@ class Adoption:
             node_name=(node or {}).get("metadata", {}).get("name"),
             option=option,
             nodepool=nodepool,
-            nodepool_annotations=_annotations(nodepool_manifest),
+            nodepool_annotations=build.annotations_of(nodepool_manifest),
             nodeclass=nodeclass,
-            nodeclass_annotations=_annotations(nodeclass_manifest),
+            nodeclass_annotations=build.annotations_of(nodeclass_manifest),
             now=plane.clock.now(),
         )
         tags = {
@@ -185,7 +186,8 @@ class Adoption:
         missing = {k: v for k, v in tags.items() if k not in instance.tags}
         plane.launcher.tag_instance(instance.id, missing)
         if node is not None:
-            plane.kube.patch_node(node["metadata"]["name"], {"metadata": {"annotations": _hashes(record)}})
+            hashes = build.node_hash_annotations(record)
+            plane.kube.patch_node(node["metadata"]["name"], {"metadata": {"annotations": hashes}})
         plane.store.create(record)
         logger.info(
             "adopted nodeclaim",
@@ -320,18 +322,3 @@ def _parsed(model: type[NodePool] | type[EC2NodeClass], manifest: Mapping[str, A
         return model.from_manifest(manifest)
     except ManifestError:
         return None
-
-
-def _annotations(manifest: Mapping[str, Any] | None) -> dict[str, str]:
-    return dict(((manifest or {}).get("metadata") or {}).get("annotations") or {})
-
-
-def _hashes(record: NodeClaimRecord) -> dict[str, str]:
-    """The drift annotations a Node of this record carries: the record's hashes, with our versions."""
-    keys = (
-        wk.NODEPOOL_HASH,
-        wk.NODEPOOL_HASH_VERSION,
-        wk.EC2NODECLASS_HASH,
-        build.EC2NODECLASS_HASH_VERSION_KEY,
-    )
-    return {k: record.annotations[k] for k in keys if k in record.annotations}

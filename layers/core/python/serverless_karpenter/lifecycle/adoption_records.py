@@ -236,3 +236,13 @@ def user_record(
         created_at=now,
         **fields,
     )
+
+
+def annotations_of(manifest: Mapping[str, Any] | None) -> dict[str, str]:
+    return dict(((manifest or {}).get("metadata") or {}).get("annotations") or {})
+
+
+def node_hash_annotations(record: NodeClaimRecord) -> dict[str, str]:
+    """The drift annotations a Node of this record carries: the record's hashes, with our versions."""
+    keys = (wk.NODEPOOL_HASH, wk.NODEPOOL_HASH_VERSION, wk.EC2NODECLASS_HASH, EC2NODECLASS_HASH_VERSION_KEY)
+    return {k: record.annotations[k] for k in keys if k in record.annotations}
