@@ -15,7 +15,7 @@ from serverless_karpenter.api.manifests import is_karpenter_kind, parse_manifest
 from serverless_karpenter_sim.availability import DISRUPTION_PENDING_BOUND_SECONDS
 from serverless_karpenter_sim.drains import DRAIN_MARGIN_SECONDS
 
-STEP_KINDS = ("wait", "event", "scale", "apply", "delete", "sqs", "fault", "ec2", "patch", "ami")
+STEP_KINDS = ("wait", "event", "scale", "apply", "delete", "sqs", "fault", "ec2", "patch", "ami", "karpenter")
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
@@ -34,8 +34,8 @@ def parse_duration(text: str | int | float) -> float:
 
 
 class Step(BaseModel):
-    """One step: exactly one of wait, event, scale, apply, delete, sqs, fault, ec2, patch, ami (the last
-    three: see ``scenario_steps``)."""
+    """One step: exactly one of wait, event, scale, apply, delete, sqs, fault, ec2, patch, ami (those
+    three: see ``scenario_steps``), karpenter (what an in-cluster Karpenter left: ``karpenter_world``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -49,6 +49,7 @@ class Step(BaseModel):
     ec2: dict[str, Any] | None = None
     patch: dict[str, Any] | None = None
     ami: dict[str, Any] | None = None
+    karpenter: dict[str, Any] | None = None
 
     @field_validator("wait", mode="before")
     @classmethod

@@ -35,6 +35,7 @@ from serverless_karpenter_sim.cluster_access import apply_rbac, component_client
 from serverless_karpenter_sim.eks_authn import EksTokenAuthenticator, aws_auth_reader
 from serverless_karpenter_sim.faults import FaultInjector
 from serverless_karpenter_sim.invariants import InvariantReport, Invariants
+from serverless_karpenter_sim.karpenter_world import karpenter_world
 from serverless_karpenter_sim.kubeapi import KubeApiServer
 from serverless_karpenter_sim.lambda_credentials import CallerCredentials, function_credentials
 from serverless_karpenter_sim.lambdas import LambdaRuntime
@@ -582,8 +583,13 @@ class Simulation:
             case "fault":
                 assert step.fault is not None
                 self.fault(step.fault)
-            case "ec2" | "patch" | "ami":
-                action = {"ec2": ec2_action, "patch": patch_object, "ami": publish_ami}[step.kind]
+            case "ec2" | "patch" | "ami" | "karpenter":
+                action = {
+                    "ec2": ec2_action,
+                    "patch": patch_object,
+                    "ami": publish_ami,
+                    "karpenter": karpenter_world,
+                }[step.kind]
                 self.note(action(self, self._resolve_all(getattr(step, step.kind))))
 
     def run(self) -> SimulationReport:

@@ -40,6 +40,7 @@ API_GROUPS = {
 CUSTOM_RESOURCE_GROUPS = {
     "nodepools": "karpenter.sh",
     "nodeoverlays": "karpenter.sh",
+    "nodeclaims": "karpenter.sh",
     "ec2nodeclasses": "karpenter.k8s.aws",
 }
 VERBS = {
@@ -224,6 +225,10 @@ EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
         ("karpenter.sh", "nodepools", "list"),
         ("karpenter.sh", "nodeoverlays", "list"),
         ("karpenter.sh", "nodepools/status", "patch"),
+        # lifecycle.adoption: NodeClaim objects with no record (listed; leftovers deleted, finalizer patched)
+        ("karpenter.sh", "nodeclaims", "list"),
+        ("karpenter.sh", "nodeclaims", "patch"),
+        ("karpenter.sh", "nodeclaims", "delete"),
         ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
         ("karpenter.k8s.aws", "ec2nodeclasses/status", "patch"),
     },

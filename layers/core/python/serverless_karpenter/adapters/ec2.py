@@ -35,6 +35,8 @@ SPOT_SERVICE_LINKED_ROLE_ERROR = "AuthFailure.ServiceLinkedRoleCreationNotPermit
 LAUNCH_TEMPLATE_PREFIX = "karpenter.k8s.aws"
 # The tag Karpenter puts on its launch templates; unused ones are found (and deleted) by it.
 LAUNCH_TEMPLATE_CLUSTER_TAG = "karpenter.k8s.aws/cluster"
+# DescribeInstances takes at most 200 values in one filter.
+_FILTER_VALUES_MAX = 200
 
 
 class NodeClassResolutionError(ValueError):
@@ -776,6 +778,30 @@ class FleetLauncher:
             for reservation in page["Reservations"]:
                 out.extend(_instance(raw) for raw in reservation["Instances"])
         return out
+
+    def cluster_instances(self, instance_ids: Iterable[str]) -> dict[str, Instance]:
+        """This cluster's instances (by the cluster tag) among ``instance_ids``, in any state and whatever
+        else they are tagged with: Karpenter tags its instances with their NodeClaim only once registered.
+        By filter, not by id, so an id EC2 no longer knows is simply absent."""
+        ids = sorted(set(instance_ids))
+        out: dict[str, Instance] = {}
+        for start in range(0, len(ids), _FILTER_VALUES_MAX):
+            filters = [
+                {"Name": f"tag:{wk.TAG_CLUSTER_PREFIX}{self._cluster_name}", "Values": ["owned"]},
+                {"Name": "instance-id", "Values": ids[start : start + _FILTER_VALUES_MAX]},
+            ]
+            for page in self._ec2.get_paginator("describe_instances").paginate(Filters=filters):
+                for reservation in page["Reservations"]:
+                    for raw in reservation["Instances"]:
+                        out[raw["InstanceId"]] = _instance(raw)
+        return out
+
+    def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
+        """Add tags to a running instance (the provider's tagging controller: Name and the NodeClaim)."""
+        if tags:
+            self._ec2.create_tags(
+                Resources=[instance_id], Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+            )
 
     def find_by_nodeclaim(self, nodeclaim: str) -> Instance | None:
         found = self.instances([{"Name": f"tag:{wk.NODECLAIM}", "Values": [nodeclaim]}])

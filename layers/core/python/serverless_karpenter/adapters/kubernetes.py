@@ -342,6 +342,32 @@ class KubernetesGateway:
                 return []
             raise
 
+    # -- NodeClaims (mirrored from the DynamoDB records: lifecycle/nodeclaim_objects.py) ---------------
+
+    def list_nodeclaims(self) -> list[JSON]:
+        return self._list_cluster_custom(KARPENTER_GROUP, "v1", "nodeclaims")
+
+    def patch_nodeclaim(self, name: str, patch: JSON | list[JSON]) -> JSON:
+        """A merge patch (a dict) or a JSON patch (a list) of the NodeClaim's metadata."""
+        kwargs = {"_content_type": "application/json-patch+json"} if isinstance(patch, list) else {}
+        return call(
+            self.custom.patch_cluster_custom_object,
+            KARPENTER_GROUP,
+            "v1",
+            "nodeclaims",
+            name,
+            patch,
+            **kwargs,
+        )
+
+    def delete_nodeclaim(self, name: str) -> None:
+        """Delete a NodeClaim (its finalizer holds it, with a deletionTimestamp); gone already is fine."""
+        try:
+            call(self.custom.delete_cluster_custom_object, KARPENTER_GROUP, "v1", "nodeclaims", name)
+        except KubernetesError as error:
+            if error.status != 404:
+                raise
+
     # -- nodes ---------------------------------------------------------------------------------------
 
     def patch_node(self, name: str, patch: JSON) -> JSON:

@@ -16,6 +16,7 @@ from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.deployment import FUNCTION_TIMEOUT_SECONDS
 from serverless_karpenter.lifecycle import node_metadata, nodepool_status
+from serverless_karpenter.lifecycle.adoption import Adoption
 from serverless_karpenter.lifecycle.launch import launch_record, launch_templates_of, mark_launched
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
@@ -38,6 +39,8 @@ class LifecycleResult:
     deleted: list[str] = field(default_factory=list)
     garbage_collected: list[str] = field(default_factory=list)
     launch_templates_deleted: list[str] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
+    finalized: list[str] = field(default_factory=list)
 
 
 def registration_patch(
@@ -103,12 +106,20 @@ class LifecycleReconciler:
             if (n.get("spec") or {}).get("providerID")
         }
         resolved = self.resolve_nodeclasses()
+        # NodeClaim objects with no record first: an adopted claim is reconciled below like any other,
+        # and an instance some claim names is nobody's orphan.
+        adoption = Adoption(plane).reconcile(records, nodes, resolved)
+        records = [*records, *adoption.adopted]
+        instances.update(adoption.instances)
+        result.adopted.extend(r.name for r in adoption.adopted)
+        result.launched.extend(adoption.launched)
+        result.finalized.extend(adoption.finalized)
         for record in records:
             try:
                 self._reconcile_one(record, instances, instances_by_claim, nodes, resolved, result)
             except ConflictError:
                 continue  # somebody else moved it; the next pass sees the new version
-        self._garbage_collect(records, instances, result)
+        self._garbage_collect(records, instances, result, adoption.claimed_instances)
         self._sweep_launch_templates(resolved, result)
         live = plane.store.list_live()
         self._emit_state_counts(live)
@@ -359,9 +370,14 @@ class LifecycleReconciler:
         result.deleted.append(record.name)
 
     def _garbage_collect(
-        self, records: list[NodeClaimRecord], instances: Mapping[str, Instance], result: LifecycleResult
+        self,
+        records: list[NodeClaimRecord],
+        instances: Mapping[str, Instance],
+        result: LifecycleResult,
+        claimed: set[str],
     ) -> None:
-        """Terminate our tagged instances that have had no live record for the grace period."""
+        """Terminate our tagged instances that have had no live record for the grace period, and that no
+        NodeClaim object names (Karpenter's garbage collection spares those; adoption takes them)."""
         plane = self.plane
         now = plane.clock.now()
         live = {r.name for r in records}  # list_live: no Terminated record
@@ -371,6 +387,7 @@ class LifecycleReconciler:
             for i in instances.values()
             if i.state not in GONE_STATES
             and i.tags.get(wk.NODECLAIM) not in live
+            and i.id not in claimed
             and now - i.launch_time > grace
         ]
         if orphans:
