@@ -151,3 +151,20 @@ def test_the_index_walks_karpenters_order_less_the_refused_classes(seed: int) ->
         walked.append(item)
         learned.add(item.zone)
     assert len(walked) == len({item.zone for item in items})
+
+
+def test_more_questions_than_partitions_kept_still_walk_right() -> None:
+    rng = random.Random(7)
+    index: ClaimIndex[_Item] = ClaimIndex()
+    items = [_Item(i, rng.choice("abc")) for i in range(60)]
+    for item in items:
+        index.add(item)
+    # More distinct questions than the index keeps partitions for: the least recently walked are
+    # dropped and rebuilt, and every walk, and every move between them, stays right.
+    for step in range(40):
+        modulus = 2 + step % 11
+        item = rng.choice(items)
+        item.name += 1
+        index.move(item)
+        walked = list(index.in_order_except(("mod", modulus), lambda it, m=modulus: it.name % m, (0).__eq__))
+        assert walked == [it for it in index.in_order() if it.name % modulus != 0]
