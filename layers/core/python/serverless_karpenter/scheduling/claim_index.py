@@ -27,8 +27,9 @@ Entry = TypeVar("Entry", bound=Hashable)
 
 # At most this many partitions are kept (distinct questions: zone key sets, anti-affinity groups); the
 # least recently walked one makes room for a new one, so every placement files the claim again in a
-# bounded number of them, however many distinct rules a run has (150 anti-affinity Deployments: 8
-# partitions cost a placement about 8 classifications, 32 had cost it 45% more scheduling time).
+# bounded number of them, however many distinct rules a run has. The cost where the index cannot help
+# (150 anti-affinity Deployments of 12 and 1,500 plain pods on 72 claims): first fit took 0.17-0.18 s of
+# CPU with 8, 0.20-0.22 s with 32, against 0.13-0.15 s without the index.
 MAX_PARTITIONS = 8
 
 
