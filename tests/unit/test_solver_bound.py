@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 import random
+from operator import le
 
 import pytest
-from serverless_karpenter.solver.bound import dual_bound, primal_mix
+from serverless_karpenter.solver.bound import dual_bound, owner_priced_bound, primal_mix
 
 
 def exact_lp(demand: tuple[float, float], columns: list[tuple[tuple[float, float], float]]) -> float:
@@ -128,3 +129,62 @@ def test_a_resource_no_type_has_is_left_out_of_the_bound() -> None:
 def test_identical_types_do_not_stall_the_simplex() -> None:
     columns = [((4.0, 8.0), 1.0)] * 50 + [((8.0, 16.0), 2.0)] * 50
     assert dual_bound([40, 80], 10, columns)[0] == pytest.approx(10.0)
+
+
+def _partitions(items: list[int]) -> list[list[list[int]]]:
+    if not items:
+        return [[]]
+    first, rest = items[0], items[1:]
+    out = []
+    for partition in _partitions(rest):
+        out.append([[first], *partition])
+        for i in range(len(partition)):
+            out.append([*partition[:i], [first, *partition[i]], *partition[i + 1 :]])
+    return out
+
+
+def _cheapest_placement(
+    owners: list[tuple[int, int]], others: list[tuple[int, int]], columns: list[tuple[tuple[int, int], float]]
+) -> float:
+    """Every way to put the pods on nodes, at most one owner a node, each node its cheapest type."""
+    pods = owners + others
+    best = float("inf")
+    for partition in _partitions(list(range(len(pods)))):
+        cost = 0.0
+        for block in partition:
+            if sum(i < len(owners) for i in block) > 1:
+                break
+            used = tuple(sum(pods[i][d] for i in block) for d in range(2))
+            prices = [price for room, price in columns if all(map(le, used, room))]
+            if not prices:
+                break
+            cost += min(prices)
+        else:
+            best = min(best, cost)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_pricing_each_owner_at_a_node_that_holds_it_stays_a_lower_bound(seed: int) -> None:
+    rng = random.Random(seed)
+    columns = [((rng.randint(1, 8), rng.randint(1, 8)), round(rng.uniform(0.5, 4.0), 2)) for _ in range(3)]
+    columns.append(((8, 8), 4.5))  # something holds every pod
+    owners = [(rng.randint(1, 6), rng.randint(1, 6)) for _ in range(rng.randint(1, 3))]
+    others = [(rng.randint(1, 4), rng.randint(1, 4)) for _ in range(rng.randint(0, 3))]
+    demand = [sum(p[d] for p in owners + others) for d in range(2)]
+    plain, duals = dual_bound(demand, len(owners), columns)
+    counted: dict[tuple[int, ...], int] = {}
+    for vector in owners:
+        counted[vector] = counted.get(vector, 0) + 1
+    priced = owner_priced_bound(demand, duals, columns, counted)
+    assert priced >= plain - 1e-9  # never below the covering bound
+    assert priced <= _cheapest_placement(owners, others, columns) + 1e-9
+
+
+def test_owners_too_big_for_the_cheap_type_are_priced_at_the_type_that_holds_them() -> None:
+    # Two pods of 3 that may not share a node; a type of 1 at 1.0 and a type of 4 at 3.0. The covering
+    # LP buys 4/3 large and 2/3 small nodes (4.67); but each pod needs a large node: 6.0.
+    columns = [((1,), 1.0), ((4,), 3.0)]
+    plain, duals = dual_bound([6], 2, columns)
+    assert plain == pytest.approx(14 / 3)
+    assert owner_priced_bound([6], duals, columns, {(3,): 2}) == pytest.approx(6.0)

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.scheduling import resources
+from serverless_karpenter.scheduling.claim_index import ClaimIndex
 from serverless_karpenter.scheduling.daemonsets import NO_DAEMONS, DaemonGroup, group_of, template_terms
 from serverless_karpenter.scheduling.dra import DRA_ERROR, has_dra_requirements
 from serverless_karpenter.scheduling.gc_pause import without_gc_pauses
@@ -38,7 +39,7 @@ from serverless_karpenter.scheduling.reservations import (
     reserved_requirements,
 )
 from serverless_karpenter.scheduling.taints import PREFER_NO_SCHEDULE, Taint, taints_from_dicts, untolerated
-from serverless_karpenter.scheduling.topology import ANTI_AFFINITY, PER_NODE_KEYS, Topology
+from serverless_karpenter.scheduling.topology import ANTI_AFFINITY, PER_NODE_KEYS, Topology, TopologyGroup
 from serverless_karpenter.scheduling.volumes import VolumeIndex
 from serverless_karpenter.scheduling.volumeusage import VolumeUsage
 
@@ -540,6 +541,10 @@ class _TopologyMemo:
     def put(self, entry: _Claim, verdict: Requirements | str) -> None:
         self.results[entry.domains(self.keys)] = verdict
 
+    def refuses(self, domains: Hashable) -> bool:
+        """Whether a claim with these domains (``_Claim.domains``) is known to refuse the pod."""
+        return isinstance(self.results.get(cast(tuple[Requirement, ...], domains)), str)
+
 
 @dataclass(eq=False)
 class _Existing:
@@ -592,10 +597,10 @@ class Scheduler:
         ) or any(t.effect == PREFER_NO_SCHEDULE for c in self._existing_input for t in c.taints)
         # Monotone pods: the first node index worth trying again for this signature.
         self._skip_existing: dict[tuple[Any, ...], int] = {}
-        # New NodeClaims by pod count, each bucket in creation order (Karpenter's ordering, kept
-        # incrementally rather than re-sorted per pod); and, per monotone signature, the claims that
-        # refused it.
-        self._by_pod_count: dict[int, dict[_Claim, None]] = {}
+        # New NodeClaims in Karpenter's order (fewest pods first, kept incrementally rather than
+        # re-sorted per pod), partitioned so a pod skips the claims its rules refuse (claim_index.py);
+        # and, per monotone signature, the claims that refused it.
+        self._by_pod_count: ClaimIndex[_Claim] = ClaimIndex()
         self._rejected: dict[tuple[Any, ...], set[int]] = {}
         self._hostnames = 0
 
@@ -780,20 +785,19 @@ class Scheduler:
             cpu, memory, pods, _ = _split(state.requests)
             memo = _TopologyMemo.of(state)
             # Karpenter tries the new NodeClaims with the fewest pods first.
-            for count in sorted(self._by_pod_count):
-                for entry in self._by_pod_count[count]:
-                    if cpu > entry.room_cpu or memory > entry.room_memory or pods > entry.room_pods:
-                        continue
-                    if rejected is not None and id(entry) in rejected:
-                        continue
-                    for _ in state.volume_choices():
-                        refusal = self._try_claim(entry, state, memo)
-                        if refusal is None:
-                            self._recount(entry, count)
-                            return None
-                    # A reservation another claim frees may let the claim take the pod later.
-                    if rejected is not None and not isinstance(refusal, ReservationShortfall):
-                        rejected.add(id(entry))
+            for entry in self._claims_to_try(state, memo):
+                if cpu > entry.room_cpu or memory > entry.room_memory or pods > entry.room_pods:
+                    continue
+                if rejected is not None and id(entry) in rejected:
+                    continue
+                for _ in state.volume_choices():
+                    refusal = self._try_claim(entry, state, memo)
+                    if refusal is None:
+                        self._by_pod_count.move(entry)
+                        return None
+                # A reservation another claim frees may let the claim take the pod later.
+                if rejected is not None and not isinstance(refusal, ReservationShortfall):
+                    rejected.add(id(entry))
         reasons: dict[str, str] = {}
         for pool in self._pools:
             if state.invalid is not None:
@@ -844,12 +848,26 @@ class Scheduler:
 
     # -- new NodeClaims ----------------------------------------------------------------------------
 
-    def _recount(self, entry: _Claim, old: int) -> None:
-        bucket = self._by_pod_count[old]
-        del bucket[entry]
-        if not bucket:
-            del self._by_pod_count[old]
-        self._by_pod_count.setdefault(old + 1, {})[entry] = None
+    def _claims_to_try(self, state: PodState, memo: _TopologyMemo | None) -> Iterator[_Claim]:
+        """The new NodeClaims in Karpenter's order, less whole classes of them the pod's topology is
+        known to refuse, skipped without a visit (``claim_index.py``):
+
+        - with a memo (zonal rules only), the claims whose domains on the rules' keys a first claim of
+          theirs has already been refused for: the verdict depends on those domains alone;
+        - with hostname anti-affinity (its own, or another's that selects it), the claims that already
+          hold a pod of such a group: the pod may not join it there, and counts only grow."""
+        index = self._by_pod_count
+        if memo is not None:
+            keys = memo.keys
+            return index.in_order_except(("domains", keys), lambda entry: entry.domains(keys), memo.refuses)
+        groups = _hostname_anti_groups(state)
+        if groups:
+            return index.in_order_except(
+                ("hostname anti-affinity", tuple(id(g) for g in groups)),
+                lambda entry: any(entry.claim.hostname in g.occupied for g in groups),
+                bool,
+            )
+        return index.in_order()
 
     def _try_claim(self, entry: _Claim, state: PodState, memo: _TopologyMemo | None = None) -> str | None:
         claim = entry.claim
@@ -1008,10 +1026,11 @@ class Scheduler:
         entry = _Claim(claim, pool, fitting, reserved=reserved)
         entry.refresh_room()
         self._claims.append(entry)
-        self._by_pod_count.setdefault(1, {})[entry] = None
         self._new.append(claim)
         self.topology.register_domain(wk.HOSTNAME, hostname, template.taints)
         self.record_placement(state, merged, template.taints, exact=False, hostname=hostname)
+        # Filed after its pod is counted: the index classes a claim by the pods it holds.
+        self._by_pod_count.add(entry)
         return None
 
     def _next_hostname(self) -> str:
@@ -1079,6 +1098,16 @@ class Scheduler:
         for group in state.inverse_owned:
             for domain in _domains_of(group.key, requirements, hostname, True):
                 group.record(domain)
+
+
+def _hostname_anti_groups(state: PodState) -> tuple[TopologyGroup, ...]:
+    """The hostname anti-affinity groups that keep the pod off a node holding one of their pods: its own
+    (required, or preferred and not yet relaxed) and the inverse groups of others' that select it."""
+    return tuple(
+        g
+        for g in (*state.required_anti, *state.preferred_anti, *state.inverse_selecting)
+        if g.key == wk.HOSTNAME and g.kind == ANTI_AFFINITY
+    )
 
 
 def has_own_zonal_anti_affinity(state: PodState) -> bool:

@@ -17,9 +17,10 @@ took 0.15 s a call on 400 types, four calls a solve.)
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 Column = tuple[Sequence[float], float]  # (room per dimension, price)
+Vector = tuple[int, ...]  # a pod's requests, per dimension
 
 _EPS = 1e-12  # what counts as zero in the normalised LP (every row's demand is 1)
 
@@ -124,6 +125,48 @@ def dual_bound(
         return 0.0, [0.0] * len(rhs)
     duals = [y * scale for y in duals]
     return sum(y * b for y, b in zip(duals, rhs, strict=True)), duals
+
+
+def owner_priced_bound(
+    demand: Sequence[float], duals: Sequence[float], columns: Sequence[Column], owners: Mapping[Vector, int]
+) -> float:
+    """A bound at least :func:`dual_bound`'s when pods must each have a node of their own (``owners``:
+    how many such pods of each request vector, all of one class that allows one of them per node).
+
+    ``dual_bound`` charges each of those nodes the node row's dual w, the same for every type, even a
+    type too small to hold the pod. Priced per pod instead: take resource weights y >= 0 with
+    c_t >= y.a_t for every type t. The node of an owner of vector v is some type t that holds v, so it
+    costs y.a_t + (c_t - y.a_t) >= y.a_t + z_v, z_v = min over the types that hold v of c_t - y.a_t;
+    every other node costs at least y.a_t. Summed over a placement's nodes, whose rooms cover the
+    demand b: cost >= y.b + sum_v n_v z_v, whatever the placement, so a lower bound for any such y.
+
+    The y tried are the LP's own resource duals scaled by 0, 0.1, ..., 1 (each still has c_t >= y.a_t,
+    as c_t >= y.a_t + w >= y.a_t for the LP's duals): at 1, z_v >= w, so the best is never below
+    ``dual_bound``'s y.b + w * sum_v n_v; at 0 it is the owners' cheapest nodes alone, which wins when
+    they need types far dearer than the one the node row's dual is set by."""
+    weights = duals[: len(demand)]
+    worth = [sum(y * a for y, a in zip(weights, room, strict=True)) for room, _ in columns]
+    at_full = sum(y * b for y, b in zip(weights, demand, strict=True))
+    holding = {
+        vector: [
+            j for j, (room, _) in enumerate(columns) if all(v <= a for v, a in zip(vector, room, strict=True))
+        ]
+        for vector in owners
+    }
+    best = 0.0
+    for step in range(OWNER_SCALES + 1):
+        scale = step / OWNER_SCALES
+        total = scale * at_full
+        for vector, count in owners.items():
+            fitting = holding[vector]
+            if fitting:
+                total += count * min(columns[j][1] - scale * worth[j] for j in fitting)
+        best = max(best, total)
+    return best
+
+
+# How finely ``owner_priced_bound`` scales the duals (every scale gives a valid bound; the best is kept).
+OWNER_SCALES = 10
 
 
 def _solve_square(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:

@@ -57,7 +57,7 @@ from serverless_karpenter.scheduling.scheduler import (
 )
 from serverless_karpenter.scheduling.validate import Replay, daemon_groups_by_type
 from serverless_karpenter.scheduling.volumes import VolumeIndex
-from serverless_karpenter.solver.bound import dual_bound
+from serverless_karpenter.solver.bound import dual_bound, owner_priced_bound
 from serverless_karpenter.solver.constraints import NodeClass, memberships, pod_constraints, zone_bound
 from serverless_karpenter.solver.packing import ANY_ZONE, Membership, NodeOption, Vector, best_packing, fits
 
@@ -391,10 +391,12 @@ def _lower_bound(
     # Anti-affinity keeps apart only owners its selector matches: an owner that is no member may share
     # a node with other such owners, so it forces no node of its own.
     exclusive = [0] * len(classes)
-    for membership in member_of:
+    owners: list[dict[Vector, int]] = [{} for _ in classes]
+    for vector, membership in zip(vectors, member_of, strict=True):
         for cls, is_owner, is_member in membership:
             if is_owner and is_member and classes[cls].exclusive:
                 exclusive[cls] += 1
+                owners[cls][vector] = owners[cls].get(vector, 0) + 1
     min_nodes = max(exclusive, default=0)
     columns = []
     for pool in templates:
@@ -403,8 +405,12 @@ def _lower_bound(
             room = _room(it, pool.overhead_for(it), dims, grain)
             if price is not None and room is not None:
                 columns.append((room, price))
-    bound, _ = dual_bound(demand, min_nodes, columns)
-    return bound
+    bound, duals = dual_bound(demand, min_nodes, columns)
+    if not min_nodes:
+        return bound
+    # The group that forces the most nodes, each priced at the least a node that holds its pod costs.
+    largest = max(range(len(classes)), key=exclusive.__getitem__)
+    return max(bound, owner_priced_bound(demand, duals, columns, owners[largest]))
 
 
 def _repack(

@@ -450,6 +450,55 @@ def _pack_rest(
     choices: int,
     deadline: float,
 ) -> list[PackedNode] | None:
+    """The pods ``rest`` (indices) packed as cheaply as :func:`_pack_rest_once` finds, then its worst
+    nodes packed again while that is cheaper; its items as indices into ``vectors``.
+
+    The greedy rules fill the first nodes well and leave the last ones what does not pack (on
+    Karpenter's mix at 20,000 pods, the dot-product rule left a tail of 7900m nodes at 60-95% cpu: the
+    rest 4.5% above its own bound, against 1.4% at 5,000). Packed together, the pods of the nodes worth
+    least for their price (at the bound's prices of what they hold) fill fewer nodes: 2.0% at 20,000,
+    unchanged at 5,000. A packing of them that is no cheaper ends the rounds."""
+    nodes = _pack_rest_once(rest, vectors, memberships, caps, options, zones, choices, deadline)
+    if nodes is None:
+        return None
+    demand = [sum(vectors[i][d] for i in rest) for d in range(len(options[0].room))]
+    _, duals = dual_bound(demand, 0, [(o.room, o.price) for o in options])
+
+    def worth_per_dollar(node: PackedNode) -> float:
+        return sum(w * u for w, u in zip(duals, node.used, strict=False)) / node.option.price
+
+    # The rounds are part of the packing that must finish (bounded: each packs a quarter of the nodes,
+    # past the deadline by the first rule alone), so the cost does not depend on how busy the host is.
+    for _ in range(REPACK_ROUNDS):
+        if len(nodes) < 2:
+            break
+        worths = [worth_per_dollar(node) for node in nodes]
+        ranked = sorted(range(len(nodes)), key=worths.__getitem__)
+        worst = set(ranked[: max(2, int(len(nodes) * REPACK_SHARE))])
+        items = sorted(i for n in worst for i in nodes[n].items)
+        again = _pack_rest_once(items, vectors, memberships, caps, options, zones, choices, deadline)
+        if again is None or shrink(again, options) >= sum(nodes[n].option.price for n in worst) - 1e-9:
+            break
+        nodes = [node for n, node in enumerate(nodes) if n not in worst] + again
+    return nodes
+
+
+# The share of the rest's nodes packed again each round, and how many rounds at most (measured on
+# Karpenter's mix at 20,000 pods: a tenth gave 2.1%, a quarter 2.0%; the third round gained little).
+REPACK_SHARE = 0.25
+REPACK_ROUNDS = 3
+
+
+def _pack_rest_once(
+    rest: Sequence[int],
+    vectors: Sequence[Vector],
+    memberships: Sequence[Membership],
+    caps: Sequence[int],
+    options: Sequence[NodeOption],
+    zones: Sequence[int],
+    choices: int,
+    deadline: float,
+) -> list[PackedNode] | None:
     """The pods ``rest`` (indices) packed by the dot-product rule, by size, and on each of the best
     main types, within the deadline; the cheapest packing, its items as indices into ``vectors``."""
     sub_vectors = [vectors[i] for i in rest]
