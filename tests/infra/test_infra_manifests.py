@@ -41,6 +41,7 @@ CUSTOM_RESOURCE_GROUPS = {
     "nodepools": "karpenter.sh",
     "nodeoverlays": "karpenter.sh",
     "ec2nodeclasses": "karpenter.k8s.aws",
+    "nodeclaims": "karpenter.sh",
 }
 VERBS = {
     "list": "list",
@@ -200,6 +201,9 @@ def granted(function: str | None = None) -> set[tuple[str, str, str]]:
 # RBAC enforced, fails with a 403 on anything missing here: tests/integration/test_sim_rbac.py and every
 # other simulation). Least privilege: a function gets these and nothing more.
 EVENTS = {("", "events", "create"), ("", "events", "get"), ("", "events", "patch")}  # record_event
+NODECLAIM_GET = {("karpenter.sh", "nodeclaims", "get")}
+# NodeClaimObjects.release: delete the object, then remove our finalizer (a JSON patch).
+NODECLAIM_RELEASE = {("karpenter.sh", "nodeclaims", "delete"), ("karpenter.sh", "nodeclaims", "patch")}
 EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
     # provisioning.usecases.watch: list the pending pods, then watch them; nothing else.
     "watcher": {("", "pods", "list"), ("", "pods", "watch")},
@@ -226,6 +230,12 @@ EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
         ("karpenter.sh", "nodepools/status", "patch"),
         ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
         ("karpenter.k8s.aws", "ec2nodeclasses/status", "patch"),
+        # lifecycle.nodeclaim_writer: the NodeClaim objects mirrored from the records.
+        *NODECLAIM_GET,
+        ("karpenter.sh", "nodeclaims", "list"),
+        ("karpenter.sh", "nodeclaims", "create"),
+        *NODECLAIM_RELEASE,
+        ("karpenter.sh", "nodeclaims/status", "patch"),
     },
     # interruption.actions: get_node and record_event, then begin_deletion (taint patch, delete_node)
     # or, for an instance already gone, delete_node and remove_node_finalizer (a patch).
@@ -244,6 +254,7 @@ EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
         ("karpenter.sh", "nodepools", "list"),
         ("karpenter.sh", "nodeoverlays", "list"),
         ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
+        *NODECLAIM_GET,  # begin_deletion's DisruptionTerminating Event on the NodeClaim
     },
     # termination.terminator: the deleting nodes and their pods, evictions, deletions past the deadline,
     # the taint and the finalizer (patches).
@@ -254,6 +265,8 @@ EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
         ("", "nodes", "list"),
         ("", "nodes", "patch"),
         *EVENTS,
+        *NODECLAIM_GET,
+        *NODECLAIM_RELEASE,  # the NodeClaim object released once the instance is gone
     },
 }
 
@@ -310,7 +323,15 @@ EXPECTED_CRDS = {
     "nodepools.karpenter.sh": ("karpenter.sh", "NodePool", "v1", {"NodeClass", "Nodes", "Ready", "Age"}),
     "ec2nodeclasses.karpenter.k8s.aws": ("karpenter.k8s.aws", "EC2NodeClass", "v1", {"Ready", "Age"}),
     "nodeoverlays.karpenter.sh": ("karpenter.sh", "NodeOverlay", "v1alpha1", {"Ready", "Age"}),
+    "nodeclaims.karpenter.sh": (
+        "karpenter.sh",
+        "NodeClaim",
+        "v1",
+        {"Type", "Capacity", "Zone", "Node", "Ready", "Age"},
+    ),
 }
+# Vendored unchanged from Karpenter (its status schema typed, not preserve-unknown-fields like ours).
+VENDORED_CRDS = {"nodeclaims.karpenter.sh"}
 
 
 def crds() -> dict[str, dict[str, Any]]:
@@ -358,7 +379,8 @@ def test_crd_group_version_scope_subresources_and_columns(name: str) -> None:
 def test_crd_schema_is_structural(name: str) -> None:
     schema = crds()[name]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert set(schema["properties"]) == {"apiVersion", "kind", "metadata", "spec", "status"}
-    assert schema["properties"]["status"].get("x-kubernetes-preserve-unknown-fields") is True
+    if name not in VENDORED_CRDS:
+        assert schema["properties"]["status"].get("x-kubernetes-preserve-unknown-fields") is True
     for path, node in schema_nodes(schema):
         if "anyOf" in node:  # only int-or-string, the one anyOf a structural schema allows without a type
             assert node.get("x-kubernetes-int-or-string") is True, path

@@ -33,6 +33,7 @@ from serverless_karpenter.disruption.candidates import (
     no_controller_blocker,
     pending_command,
 )
+from serverless_karpenter.disruption.drift import record_drift
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.provisioning.provisioner import existing_capacity
 from serverless_karpenter.scheduling import pods as podlib
@@ -420,18 +421,12 @@ def consolidate(
 def drift_reason(snapshot: Snapshot, candidate: Candidate) -> str | None:
     record = candidate.record
     annotations = {**record.annotations, **(candidate.node["metadata"].get("annotations") or {})}
-    pool_hash = annotations.get(wk.NODEPOOL_HASH)
-    if pool_hash and pool_hash != candidate.nodepool.template_hash():
-        return "NodePoolDrifted: the NodePool template changed"
-    nodeclass = snapshot.nodeclasses.get(record.nodeclass)
-    class_hash = annotations.get(wk.EC2NODECLASS_HASH)
-    if nodeclass is not None and class_hash and class_hash != nodeclass.static_hash():
-        return "NodeClassDrifted: the EC2NodeClass changed"
     resolved = snapshot.resolved.get(record.nodeclass)
+    nodeclass = snapshot.nodeclasses.get(record.nodeclass)
+    static = record_drift(record, annotations, candidate.nodepool, nodeclass, resolved)
+    if static is not None:
+        return static
     if resolved is not None:
-        if record.image_id and resolved.amis and record.image_id not in set(resolved.amis.values()):
-            current = ", ".join(sorted(set(resolved.amis.values())))
-            return f"AMIDrift: {record.image_id} is no longer a resolved AMI ({current})"
         network = snapshot.instance_network.get(record.instance_id or "")
         subnet_ids = {getattr(s, "id", None) for s in resolved.subnets}
         if network is not None and network.subnet_id and network.subnet_id not in subnet_ids:
