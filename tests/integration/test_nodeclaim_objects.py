@@ -206,6 +206,8 @@ def test_kubectl_delete_nodeclaim_drains_terminates_and_removes_it_keeping_the_p
         # Pods covered by the PDB kept its minimum at every tick of the drain.
         assert min(lowest) >= PDB_MIN_AVAILABLE, lowest
         assert sim.kube_server.audit.pdb_violations == 0
+        # The budget was in play: the drain went down to it, and the API server refused what went further.
+        assert min(lowest) == PDB_MIN_AVAILABLE and sim.kube_server.audit.evictions_refused > 0
         closed = sim.plane.store.get(name)
         assert closed is not None and closed.state == NodeClaimState.TERMINATED
         assert closed.disruption_reason == "NodeClaimDeleted"
