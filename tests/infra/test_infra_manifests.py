@@ -254,7 +254,9 @@ EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
         ("karpenter.sh", "nodepools", "list"),
         ("karpenter.sh", "nodeoverlays", "list"),
         ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
-        *NODECLAIM_GET,  # begin_deletion's DisruptionTerminating Event on the NodeClaim
+        # Events on NodeClaims: begin_deletion's DisruptionTerminating (get), record_blocked's (one list).
+        *NODECLAIM_GET,
+        ("karpenter.sh", "nodeclaims", "list"),
     },
     # termination.terminator: the deleting nodes and their pods, evictions, deletions past the deadline,
     # the taint and the finalizer (patches).
