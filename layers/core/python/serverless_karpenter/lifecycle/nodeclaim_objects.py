@@ -85,10 +85,13 @@ def conditions(
     *,
     drift: str | None = None,
     consolidatable_since: datetime | None = None,
+    observed_at: datetime | None = None,
 ) -> list[JSON]:
     """Karpenter's NodeClaim conditions for the record: Launched, Registered and Initialized (Ready is
     their root), then Drifted, Consolidatable and DisruptionReason while they hold, and
-    InstanceTerminating once the instance is being terminated."""
+    InstanceTerminating once the instance is being terminated. Drift has no time of its own in the
+    record: it is stamped ``observed_at`` (the pass that saw it), and kept from then on by
+    :func:`merged_conditions`."""
     created = record.created_at
     steps = (
         (api.CONDITION_LAUNCHED, record.launched_at if record.instance_id else None),
@@ -109,7 +112,8 @@ def conditions(
         )
     if drift:
         reason, _, detail = drift.partition(":")
-        out.append(_condition(api.CONDITION_DRIFTED, "True", _reason(reason), created, detail.strip()))
+        seen = observed_at or created
+        out.append(_condition(api.CONDITION_DRIFTED, "True", _reason(reason), seen, detail.strip()))
     if consolidatable_since is not None:
         kind = api.CONDITION_CONSOLIDATABLE
         out.append(_condition(kind, "True", kind, consolidatable_since))
@@ -188,6 +192,7 @@ def render(
     type_labels: Mapping[str, str] | None = None,
     drift: str | None = None,
     consolidatable_since: datetime | None = None,
+    observed_at: datetime | None = None,
 ) -> JSON:
     """The NodeClaim object of ``record``, as Karpenter would have written it. ``nodepool_uid`` is the live
     NodePool's (no owner reference without it: a reference with a wrong uid would let the garbage
@@ -225,7 +230,9 @@ def render(
     if record.startup_taints:
         spec["startupTaints"] = _taints(record.startup_taints)
     status: JSON = {
-        "conditions": conditions(record, drift=drift, consolidatable_since=consolidatable_since),
+        "conditions": conditions(
+            record, drift=drift, consolidatable_since=consolidatable_since, observed_at=observed_at
+        ),
     }
     for key, value in (
         ("providerID", record.provider_id),

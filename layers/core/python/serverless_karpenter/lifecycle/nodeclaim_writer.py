@@ -91,6 +91,7 @@ class NodeClaimObjects:
                 type_labels=type_labels(record) if type_labels is not None else None,
                 drift=(drift or {}).get(name),
                 consolidatable_since=(consolidatable_since or {}).get(name),
+                observed_at=self.clock.now(),
             )
             current = objects.get(name)
             if current is None:
