@@ -271,3 +271,46 @@ def test_a_cluster_role_without_the_verb_makes_the_write_fail_with_403_and_the_p
         assert set(claims(sim)) == {r.name for r in records}
     finally:
         sim.stop()
+
+
+def test_a_drifted_claim_shows_drifted_then_its_disruption_reason(tmp_path: Path) -> None:
+    sim = Simulation(load_scenario("default"), log=io.StringIO())
+    try:
+        sim.start()
+        sim.run_for(180)
+        assert sim.settled()
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", sim.kube_server, sim.cluster_name)
+        [name] = claims(sim)
+        assert "Drifted" not in {c["type"] for c in claims(sim)[name]["status"]["conditions"]}
+        # A NodePool template change: the claim's nodepool-hash no longer matches it.
+        sim.kube.custom.patch_cluster_custom_object(
+            "karpenter.sh",
+            "v1",
+            "nodepools",
+            "default",
+            {"spec": {"template": {"metadata": {"labels": {"team": "a"}}}}},
+        )
+
+        def drifted() -> bool:
+            obj = claims(sim).get(name)
+            return obj is not None and any(c["type"] == "Drifted" for c in obj["status"]["conditions"])
+
+        run_until(sim, drifted, 120)
+        condition = {c["type"]: c for c in claims(sim)[name]["status"]["conditions"]}["Drifted"]
+        assert (condition["status"], condition["reason"]) == ("True", "NodePoolDrifted")
+        wide = rows(kubectl(kubeconfig, "get", "nodeclaims", "-o", "wide").stdout)
+        assert wide[name][-1] == "True"  # the DRIFTED column
+
+        def disrupting() -> bool:
+            obj = claims(sim).get(name)
+            return obj is None or any(c["type"] == "DisruptionReason" for c in obj["status"]["conditions"])
+
+        run_until(sim, disrupting, 300)
+        obj = claims(sim).get(name)
+        if obj is not None:  # still draining: Terminating, with Karpenter's reason
+            assert obj["metadata"]["deletionTimestamp"]
+            reason = {c["type"]: c for c in obj["status"]["conditions"]}["DisruptionReason"]["reason"]
+            assert reason == sim.plane.store.get(name).disruption_reason  # type: ignore[union-attr]
+        assert not failures(sim)
+    finally:
+        sim.stop()
