@@ -225,13 +225,15 @@ class LifecycleReconciler:
                 extra={"nodeclaim": record.name, "node": record.node_name},
             )
             try:
-                begin_deletion(self.plane, record, NODECLAIM_DELETED, disruption_event=False)
+                saved = begin_deletion(self.plane, record, NODECLAIM_DELETED, disruption_event=False)
             except (ConflictError, KubernetesError) as error:
                 logger.warning(
                     "could not begin the deletion", extra={"nodeclaim": record.name, "error": str(error)}
                 )
                 continue
             result.deleted.append(record.name)
+            if saved.state == NodeClaimState.TERMINATED:  # no node to drain: the instance went at once
+                self.objects.release(saved.name)
 
     def resolve_nodeclasses(self) -> dict[str, ResolvedNodeClass | None]:
         """Resolve every EC2NodeClass and write what it resolved to (or why not) to its status."""
