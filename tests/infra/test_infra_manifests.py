@@ -254,8 +254,8 @@ EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
         ("karpenter.sh", "nodepools", "list"),
         ("karpenter.sh", "nodeoverlays", "list"),
         ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
-        # Events on NodeClaims: begin_deletion's DisruptionTerminating (get), record_blocked's (one list).
-        *NODECLAIM_GET,
+        # Events on NodeClaims (DisruptionTerminating, DisruptionBlocked, Unconsolidatable): their uids
+        # from one list, remembered by the warm function.
         ("karpenter.sh", "nodeclaims", "list"),
     },
     # termination.terminator: the deleting nodes and their pods, evictions, deletions past the deadline,

@@ -11,6 +11,7 @@ import pytest
 from serverless_karpenter.disruption import methods as m
 from serverless_karpenter.disruption.candidates import Options, Snapshot, candidates
 from serverless_karpenter.disruption.usecases import record_blocked
+from serverless_karpenter.lifecycle import nodeclaim_writer
 
 from tests.unit.test_disruption_core import (
     EXTRA,
@@ -45,6 +46,7 @@ class Recorder:
 
 @pytest.fixture(autouse=True)
 def _extra_types() -> Any:
+    nodeclaim_writer._REFERENCES.clear()  # what a warm Lambda remembers of the claims, per test
     yield
     EXTRA.clear()
 
@@ -134,10 +136,15 @@ def test_one_event_per_node_and_disruption_blocked_first() -> None:
     [(what, reason, message, _)] = events(snap)
     assert (what, reason) == ("Node/node-a", "DisruptionBlocked")
     assert message.startswith("Cannot disrupt Node: pdb default/web prevents pod evictions")
-    # Karpenter publishes it on the NodeClaim too, with the same message; the claims are read once.
+    # Karpenter publishes it on the NodeClaim too, with the same message; a cold function reads the
+    # claims once.
+    nodeclaim_writer._REFERENCES.clear()
     kube = recorded(snap)
     assert [e for e in kube.events if e[0] == "NodeClaim/a"] == [("NodeClaim/a", reason, message, "Normal")]
     assert kube.lists == 1
+    # The next pass of the warm function knows the claim's uid: it reads nothing.
+    again = recorded(snap)
+    assert [e[0] for e in again.events] == ["Node/node-a", "NodeClaim/a"] and again.lists == 0
 
 
 def test_unconsolidatable_is_on_the_nodeclaim_too_and_claims_are_read_once_a_pass() -> None:

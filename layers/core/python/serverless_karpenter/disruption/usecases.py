@@ -618,7 +618,7 @@ def record_blocked(
     rule per NodeClaim), else an Unconsolidatable on a node consolidation considered and turned down; and
     a DisruptionBlocked on each NodePool whose budget blocks a disruption (one per NodePool per pass)."""
     budget_blocked: dict[str, str] = {}
-    # Karpenter records each on the NodeClaim too; their objects are read once, and only when needed.
+    # Karpenter records each on the NodeClaim too (their uids remembered, read at most once a pass).
     claims: NodeClaimObjects | None = None
     for candidate in pool:
         blocker = evaluation.blockers.get(candidate.name)
@@ -635,9 +635,7 @@ def record_blocked(
                 plane.kube.record_event(candidate.node, "Unconsolidatable", unconsolidatable)
                 event = ("Unconsolidatable", unconsolidatable)
         if event is not None:
-            if claims is None:
-                claims = NodeClaimObjects(plane.kube, plane.clock)
-                claims.load()
+            claims = claims or NodeClaimObjects(plane.kube, plane.clock)
             claims.event(candidate.record.name, *event)
     for name, message in sorted(budget_blocked.items()):
         manifest = snapshot.nodepool_manifests.get(name)

@@ -51,8 +51,7 @@ class NodeClaimObjects:
     def __init__(self, kube: KubernetesGateway, clock: Clock) -> None:
         self.kube = kube
         self.clock = clock
-        self._seen: dict[str, JSON] = {}  # the objects of the last LIST, for events (their uid)
-        self._loaded = False
+        self._loaded = False  # whether this writer has listed the objects (at most once)
 
     def _failed(self, result: SyncResult | None, name: str, doing: str, error: KubernetesError) -> None:
         logger.warning(
@@ -80,7 +79,8 @@ class NodeClaimObjects:
         except KubernetesError as error:
             self._failed(result, "*", "list", error)
             return result
-        self._seen, self._loaded = objects, True
+        _remember(objects.values(), replace=True)  # the whole set: claims gone are forgotten
+        self._loaded = True
         live = {r.name: r for r in records}
         for name, record in live.items():
             if record.state == NodeClaimState.PENDING or not record.instance_id:
@@ -226,27 +226,43 @@ class NodeClaimObjects:
         return True
 
     def load(self) -> bool:
-        """Read every object once (one LIST), for a pass that records Events on many claims; whether it
-        could. Without it, each :meth:`event` reads its object (a GET)."""
+        """Read every object (one LIST) and remember their references; whether it could."""
         try:
-            self._seen = {o["metadata"]["name"]: o for o in self.kube.list_nodeclaims()}
+            _remember(self.kube.list_nodeclaims())
         except KubernetesError as error:
             self._failed(None, "*", "list", error)
             return False
-        self._loaded = True
+        finally:
+            self._loaded = True  # once per writer: a failed read is not retried for each Event
         return True
 
     def event(self, name: str, reason: str, message: str, event_type: str = "Normal") -> None:
-        """An Event on the NodeClaim object (kubectl describe nodeclaim shows it); none without the object."""
-        obj = self._seen.get(name)
-        if obj is None and not self._loaded:
-            try:
-                obj = self.kube.get_nodeclaim(name)
-            except KubernetesError as error:
-                self._failed(None, name, "read", error)
-                return
-        if obj is None:
-            return
-        self.kube.record_event(
-            {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", **obj}, reason, message, event_type
-        )
+        """An Event on the NodeClaim object (kubectl describe nodeclaim finds it by uid); none without the
+        object. References come from what this warm Lambda has read; a claim it has not seen costs one
+        LIST per writer (a pass), never a read per Event."""
+        reference = _REFERENCES.get(name)
+        if reference is None and not self._loaded and self.load():
+            reference = _REFERENCES.get(name)
+        if reference is not None:
+            self.kube.record_event(reference, reason, message, event_type)
+
+
+# The references (apiVersion, kind, name, uid) of the NodeClaims a warm Lambda has read: a claim's uid
+# never changes, so a pass that records Events on claims seen before reads nothing. Bounded, as the claims
+# of a cluster are.
+_REFERENCES: dict[str, JSON] = {}
+_MAX_REFERENCES = 20_000
+
+
+def _remember(objects: Iterable[Mapping[str, Any]], *, replace: bool = False) -> None:
+    fresh = {
+        o["metadata"]["name"]: {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": o["metadata"]["name"], "uid": o["metadata"].get("uid")},
+        }
+        for o in objects
+    }
+    if replace or len(_REFERENCES) + len(fresh) > _MAX_REFERENCES:
+        _REFERENCES.clear()
+    _REFERENCES.update(fresh)
