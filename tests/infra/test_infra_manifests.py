@@ -201,6 +201,9 @@ def granted(function: str | None = None) -> set[tuple[str, str, str]]:
 # RBAC enforced, fails with a 403 on anything missing here: tests/integration/test_sim_rbac.py and every
 # other simulation). Least privilege: a function gets these and nothing more.
 EVENTS = {("", "events", "create"), ("", "events", "get"), ("", "events", "patch")}  # record_event
+NODECLAIM_GET = {("karpenter.sh", "nodeclaims", "get")}
+# NodeClaimObjects.release: delete the object, then remove our finalizer (a JSON patch).
+NODECLAIM_RELEASE = {("karpenter.sh", "nodeclaims", "delete"), ("karpenter.sh", "nodeclaims", "patch")}
 EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
     # provisioning.usecases.watch: list the pending pods, then watch them; nothing else.
     "watcher": {("", "pods", "list"), ("", "pods", "watch")},
@@ -231,6 +234,12 @@ EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
         ("karpenter.sh", "nodeclaims", "delete"),
         ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
         ("karpenter.k8s.aws", "ec2nodeclasses/status", "patch"),
+        # lifecycle.nodeclaim_writer: the NodeClaim objects mirrored from the records.
+        *NODECLAIM_GET,
+        ("karpenter.sh", "nodeclaims", "list"),
+        ("karpenter.sh", "nodeclaims", "create"),
+        *NODECLAIM_RELEASE,
+        ("karpenter.sh", "nodeclaims/status", "patch"),
     },
     # interruption.actions: get_node and record_event, then begin_deletion (taint patch, delete_node)
     # or, for an instance already gone, delete_node and remove_node_finalizer (a patch).
@@ -249,6 +258,9 @@ EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
         ("karpenter.sh", "nodepools", "list"),
         ("karpenter.sh", "nodeoverlays", "list"),
         ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
+        # Events on NodeClaims (DisruptionTerminating, DisruptionBlocked, Unconsolidatable): their uids
+        # from one list, remembered by the warm function.
+        ("karpenter.sh", "nodeclaims", "list"),
     },
     # termination.terminator: the deleting nodes and their pods, evictions, deletions past the deadline,
     # the taint and the finalizer (patches).
@@ -259,6 +271,8 @@ EXPECTED_ROLES: dict[str, set[tuple[str, str, str]]] = {
         ("", "nodes", "list"),
         ("", "nodes", "patch"),
         *EVENTS,
+        *NODECLAIM_GET,
+        *NODECLAIM_RELEASE,  # the NodeClaim object released once the instance is gone
     },
 }
 
@@ -315,6 +329,12 @@ EXPECTED_CRDS = {
     "nodepools.karpenter.sh": ("karpenter.sh", "NodePool", "v1", {"NodeClass", "Nodes", "Ready", "Age"}),
     "ec2nodeclasses.karpenter.k8s.aws": ("karpenter.k8s.aws", "EC2NodeClass", "v1", {"Ready", "Age"}),
     "nodeoverlays.karpenter.sh": ("karpenter.sh", "NodeOverlay", "v1alpha1", {"Ready", "Age"}),
+    "nodeclaims.karpenter.sh": (
+        "karpenter.sh",
+        "NodeClaim",
+        "v1",
+        {"Type", "Capacity", "Zone", "Node", "Ready", "Age"},
+    ),
 }
 
 

@@ -315,12 +315,22 @@ def planned_capacity_type(plane: ControlPlane) -> str:
 
 
 class NodePoolEvents:
-    """The API server as far as the launch reads it: one NodePool, and the Events written on it."""
+    """The API server as far as the launch reads and writes it: one NodePool, the Events written on it,
+    and the NodeClaim objects created for launched claims."""
 
     NODEPOOL = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"}}
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str, str]] = []
+        self.nodeclaims: dict[str, dict[str, Any]] = {}
+
+    def create_nodeclaim(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.nodeclaims[body["metadata"]["name"]] = body
+        return body
+
+    def patch_nodeclaim_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.nodeclaims[name] = {**self.nodeclaims[name], **patch}
+        return self.nodeclaims[name]
 
     def list_nodepools(self) -> list[dict[str, Any]]:
         return [self.NODEPOOL]
@@ -342,6 +352,9 @@ def test_a_missing_spot_role_sends_every_launch_to_on_demand_until_the_ttl(
     # The refused spot fleet is retried at once on on-demand, which the claim allows.
     assert [r.capacity_type for r in launcher.requests] == [wk.CAPACITY_TYPE_SPOT, wk.CAPACITY_TYPE_ON_DEMAND]
     assert launched.state == NodeClaimState.LAUNCHED and launched.capacity_type == wk.CAPACITY_TYPE_ON_DEMAND
+    # Its NodeClaim object is written as it launches, on-demand as it came up.
+    labels = kube.nodeclaims["default-first"]["metadata"]["labels"]
+    assert labels[wk.CAPACITY_TYPE] == wk.CAPACITY_TYPE_ON_DEMAND
     fix = "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com"
     assert fix in capsys.readouterr().out
     ((nodepool, reason, message, kind),) = kube.events

@@ -306,7 +306,8 @@ def test_cluster_scoped_custom_resources_are_not_namespaced(kube: Kube) -> None:
             "kind": "NodeClaim",
             "metadata": {"generateName": "default-"},
             "spec": {
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
             },
         },
     )

@@ -162,7 +162,8 @@ def test_nodeclaim_termination_finalizer(kube: Kube) -> None:
             "kind": "NodeClaim",
             "metadata": {"name": "default-x1", "finalizers": ["karpenter.sh/termination"]},
             "spec": {
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
             },
         },
     )

@@ -123,16 +123,18 @@ def test_merge_patch_on_custom_objects(kube: Kube) -> None:
     patched = kube.custom.patch_cluster_custom_object(
         *NODECLAIMS,
         "default-abcde",
-        {
-            "metadata": {"labels": {"karpenter.sh/nodepool": None, "extra": "yes"}, "finalizers": []},
-            "spec": {"requirements": [{"key": "b", "operator": "Exists"}]},
-        },
+        {"metadata": {"labels": {"karpenter.sh/nodepool": None, "extra": "yes"}, "finalizers": []}},
     )
     assert patched["metadata"]["labels"] == {"extra": "yes"}
-    assert patched["spec"]["requirements"] == [{"key": "b", "operator": "Exists"}]  # lists replace
-    assert patched["spec"]["nodeClassRef"] == created["spec"]["nodeClassRef"]
-    assert patched["metadata"]["finalizers"] == []
-    assert patched["metadata"]["generation"] == 2
+    assert patched["spec"] == created["spec"]
+    assert patched["metadata"]["finalizers"] == []  # lists replace
+    assert patched["metadata"]["generation"] == 1  # metadata alone is no new generation
+    # Karpenter's CRD makes a NodeClaim's spec immutable (x-kubernetes-validations: self == oldSelf).
+    with pytest.raises(ApiException) as err:
+        kube.custom.patch_cluster_custom_object(
+            *NODECLAIMS, "default-abcde", {"spec": {"requirements": [{"key": "b", "operator": "Exists"}]}}
+        )
+    assert err.value.status == 422 and "spec is immutable" in status_of(err.value)["message"]
 
 
 def test_strategic_merge_by_name_on_containers(kube: Kube) -> None:

@@ -157,7 +157,15 @@ def test_custom_object_watch(kube: Kube) -> None:
     rv = custom.list_cluster_custom_object(*NODECLAIMS)["metadata"]["resourceVersion"]
     custom.create_cluster_custom_object(
         *NODECLAIMS,
-        {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "default-a"}, "spec": {}},
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": "default-a"},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
+            },
+        },
     )
     custom.patch_cluster_custom_object_status(
         *NODECLAIMS, "default-a", {"status": {"providerID": "aws:///x"}}

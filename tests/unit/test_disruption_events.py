@@ -11,6 +11,7 @@ import pytest
 from serverless_karpenter.disruption import methods as m
 from serverless_karpenter.disruption.candidates import Options, Snapshot, candidates
 from serverless_karpenter.disruption.usecases import record_blocked
+from serverless_karpenter.lifecycle import nodeclaim_writer
 
 from tests.unit.test_disruption_core import (
     EXTRA,
@@ -29,6 +30,12 @@ class Recorder:
     events: list[tuple[str, str, str, str]] = field(
         default_factory=list
     )  # (kind/name, reason, message, type)
+    nodeclaims: list[dict[str, Any]] = field(default_factory=list)
+    lists: int = 0
+
+    def list_nodeclaims(self) -> list[dict[str, Any]]:
+        self.lists += 1
+        return self.nodeclaims
 
     def record_event(
         self, obj: dict[str, Any], reason: str, message: str, event_type: str = "Normal"
@@ -39,18 +46,32 @@ class Recorder:
 
 @pytest.fixture(autouse=True)
 def _extra_types() -> Any:
+    nodeclaim_writer._REFERENCES.clear()  # what a warm Lambda remembers of the claims, per test
     yield
     EXTRA.clear()
 
 
-def events(snap: Snapshot, options: Options | None = None) -> list[tuple[str, str, str, str]]:
-    """What one pass's evaluation of ``snap`` records, through the disruption use case."""
+def recorded(snap: Snapshot, options: Options | None = None) -> Recorder:
+    """One pass's evaluation of ``snap`` through the disruption use case, with each record's NodeClaim."""
     pool, _ = candidates(snap)
-    kube = Recorder()
+    claims = [
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": r.name, "uid": f"uid-{r.name}"},
+        }
+        for r in snap.records
+    ]
+    kube = Recorder(nodeclaims=claims)
     evaluation = m.evaluate(snap, pool, options or Options())
     assert evaluation.command is None, "nothing should be decided in these cases"
-    record_blocked(cast(Any, SimpleNamespace(kube=kube)), snap, pool, evaluation)
-    return kube.events
+    record_blocked(cast(Any, SimpleNamespace(kube=kube, clock=None)), snap, pool, evaluation)
+    return kube
+
+
+def events(snap: Snapshot, options: Options | None = None) -> list[tuple[str, str, str, str]]:
+    """The Events one pass records on Nodes and NodePools (each Node's is on its NodeClaim too)."""
+    return [e for e in recorded(snap, options).events if not e[0].startswith("NodeClaim/")]
 
 
 def test_no_cheaper_replacement_is_unconsolidatable() -> None:
@@ -115,6 +136,29 @@ def test_one_event_per_node_and_disruption_blocked_first() -> None:
     [(what, reason, message, _)] = events(snap)
     assert (what, reason) == ("Node/node-a", "DisruptionBlocked")
     assert message.startswith("Cannot disrupt Node: pdb default/web prevents pod evictions")
+    # Karpenter publishes it on the NodeClaim too, with the same message; a cold function reads the
+    # claims once.
+    nodeclaim_writer._REFERENCES.clear()
+    kube = recorded(snap)
+    assert [e for e in kube.events if e[0] == "NodeClaim/a"] == [("NodeClaim/a", reason, message, "Normal")]
+    assert kube.lists == 1
+    # The next pass of the warm function knows the claim's uid: it reads nothing.
+    again = recorded(snap)
+    assert [e[0] for e in again.events] == ["Node/node-a", "NodeClaim/a"] and again.lists == 0
+
+
+def test_unconsolidatable_is_on_the_nodeclaim_too_and_claims_are_read_once_a_pass() -> None:
+    never = pool_manifest(consolidateAfter="Never")
+    a, b = record("a", TYPES[0]), record("b", TYPES[0])
+    kube = recorded(snapshot([a, b], [], manifest=never))
+    message = 'NodePool "default" has consolidation disabled'
+    assert sorted(e[:3] for e in kube.events) == [
+        ("Node/node-a", "Unconsolidatable", message),
+        ("Node/node-b", "Unconsolidatable", message),
+        ("NodeClaim/a", "Unconsolidatable", message),
+        ("NodeClaim/b", "Unconsolidatable", message),
+    ]
+    assert kube.lists == 1
 
 
 def test_nodes_merely_too_young_or_recently_changed_get_no_event() -> None:

@@ -69,6 +69,24 @@ class Cluster:
     eviction_attempts: list[str] = field(default_factory=list)
     deletions: list[tuple[str, int | None]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (object name, reason, message)
+    nodeclaims: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def get_nodeclaim(self, name: str) -> dict[str, Any] | None:
+        return self.nodeclaims.get(name)
+
+    def delete_nodeclaim(self, name: str) -> None:
+        claim = self.nodeclaims.get(name)
+        if claim is not None:
+            claim["metadata"]["deletionTimestamp"] = to_rfc3339(NOW)
+
+    def patch_nodeclaim(self, name: str, patch: list[dict[str, Any]]) -> dict[str, Any]:
+        claim = self.nodeclaims[name]
+        for op in patch:
+            if op["op"] == "remove":
+                claim["metadata"]["finalizers"].pop(int(op["path"].rsplit("/", 1)[-1]))
+        if claim["metadata"].get("deletionTimestamp") and not claim["metadata"]["finalizers"]:
+            del self.nodeclaims[name]  # the last finalizer gone: the API server removes it
+        return claim
 
     def record_event(self, obj: dict[str, Any], reason: str, message: str, event_type: str = "") -> None:
         self.events.append((obj["metadata"]["name"], reason, message))
@@ -302,6 +320,9 @@ def test_termination_grace_period_is_a_hard_deadline_even_against_a_pdb() -> Non
 
 def test_drained_node_is_terminated_then_released_and_closed() -> None:
     w = world(pod("app"))
+    w.cluster.nodeclaims["victim"] = {
+        "metadata": {"name": "victim", "finalizers": ["karpenter.sh/termination"]}
+    }
     w.terminator().reconcile()
     w.cluster.kubelet_finishes()
     w.clock.advance(5)
@@ -309,9 +330,11 @@ def test_drained_node_is_terminated_then_released_and_closed() -> None:
     assert progress.terminated_instance and w.launcher.instances["i-victim"].state == "terminated"
     assert w.record().state == NodeClaimState.TERMINATING
     assert NODE in w.cluster.nodes  # the finalizer holds until EC2 reports the instance going away
+    assert "victim" in w.cluster.nodeclaims  # and so does the NodeClaim object's
     w.clock.advance(5)
     [progress] = w.terminator().reconcile()
     assert progress.finished and NODE not in w.cluster.nodes
+    assert "victim" not in w.cluster.nodeclaims  # the object went with the instance
     record = w.record()
     assert record.state == NodeClaimState.TERMINATED and record.terminated_at == NOW + timedelta(seconds=10)
 

@@ -1,5 +1,6 @@
 """The subset of Kubernetes JSONPath that CRD ``additionalPrinterColumns`` use: ``.field``, ``['key']`` (dots
-escaped as ``\\.`` in a key, as in ``.metadata.labels['karpenter\\.sh/nodepool']``), ``[N]``, ``[*]``, and
+escaped as ``\\.`` in a key, as in ``.metadata.labels['karpenter\\.sh/nodepool']``, or in a field, as
+Karpenter's NodeClaim CRD writes ``.metadata.labels.karpenter\\.sh/capacity-type``), ``[N]``, ``[*]``, and
 filters ``[?(@.a.b=="v")]`` / ``!=``."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import re
 from typing import Any
 
 _STEP = re.compile(
-    r"""\.(?P<field>[A-Za-z0-9_$-]+)
+    r"""\.(?P<field>(?:\\.|[A-Za-z0-9_$/-])+)
       | \[\s*(?P<quote>['"])(?P<key>(?:\\.|(?!(?P=quote)).)*)(?P=quote)\s*\]
       | \[(?P<index>-?\d+|\*)\]
       | \[\?\(@(?P<filter_path>(?:\.[A-Za-z0-9_$-]+)+)\s*(?P<op>==|!=)\s*
@@ -52,7 +53,8 @@ def find(obj: Any, expression: str) -> list[Any]:
         found: list[Any] = []
         for value in current:
             if step["field"] is not None or step["key"] is not None:
-                key = step["field"] if step["field"] is not None else re.sub(r"\\(.)", r"\1", step["key"])
+                raw = step["field"] if step["field"] is not None else step["key"]
+                key = re.sub(r"\\(.)", r"\1", raw)
                 if isinstance(value, dict) and key in value:
                     found.append(value[key])
             elif step["index"] is not None and isinstance(value, list):

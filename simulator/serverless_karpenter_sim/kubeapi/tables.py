@@ -19,33 +19,6 @@ from .jsonpath import JsonPathError, find
 from .kinds import Kind
 
 Obj = dict[str, Any]
-# NodeClaims are mirrored from DynamoDB without a CRD file here: Karpenter's own columns for them.
-_NODECLAIM_COLUMNS: tuple[Obj, ...] = (
-    {
-        "name": "Type",
-        "type": "string",
-        "jsonPath": ".metadata.labels['node\\.kubernetes\\.io/instance-type']",
-    },
-    {"name": "Capacity", "type": "string", "jsonPath": ".metadata.labels['karpenter\\.sh/capacity-type']"},
-    {"name": "Zone", "type": "string", "jsonPath": ".metadata.labels['topology\\.kubernetes\\.io/zone']"},
-    {"name": "Node", "type": "string", "jsonPath": ".status.nodeName"},
-    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
-    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    {"name": "ID", "type": "string", "jsonPath": ".status.providerID", "priority": 1},
-    {
-        "name": "NodePool",
-        "type": "string",
-        "jsonPath": ".metadata.labels['karpenter\\.sh/nodepool']",
-        "priority": 1,
-    },
-    {"name": "NodeClass", "type": "string", "jsonPath": ".spec.nodeClassRef.name", "priority": 1},
-    {
-        "name": "Drifted",
-        "type": "string",
-        "jsonPath": '.status.conditions[?(@.type=="Drifted")].status',
-        "priority": 1,
-    },
-)
 
 
 def wants_table(accept: str | None) -> bool:
@@ -73,9 +46,7 @@ def _column(name: str, type_: str, description: str = "", priority: int = 0, for
 
 def _custom_columns(kind: Kind) -> tuple[Obj, ...]:
     crd = crd_version(kind.group, kind.version, kind.plural)
-    if crd is not None:
-        return crd.printer_columns
-    return _NODECLAIM_COLUMNS if kind.kind == "NodeClaim" else ()
+    return crd.printer_columns if crd is not None else ()
 
 
 def _custom_cell(obj: Obj, column: Obj, now: datetime) -> Any:

@@ -347,6 +347,18 @@ class KubernetesGateway:
     def list_nodeclaims(self) -> list[JSON]:
         return self._list_cluster_custom(KARPENTER_GROUP, "v1", "nodeclaims")
 
+    def get_nodeclaim(self, name: str) -> JSON | None:
+        try:
+            return call(self.custom.get_cluster_custom_object, KARPENTER_GROUP, "v1", "nodeclaims", name)
+        except KubernetesError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def create_nodeclaim(self, body: JSON) -> JSON:
+        """Create a NodeClaim; the API server drops ``status`` on create (the status subresource)."""
+        return call(self.custom.create_cluster_custom_object, KARPENTER_GROUP, "v1", "nodeclaims", body)
+
     def patch_nodeclaim(self, name: str, patch: JSON | list[JSON]) -> JSON:
         """A merge patch (a dict) or a JSON patch (a list) of the NodeClaim's metadata."""
         kwargs = {"_content_type": "application/json-patch+json"} if isinstance(patch, list) else {}
@@ -358,6 +370,11 @@ class KubernetesGateway:
             name,
             patch,
             **kwargs,
+        )
+
+    def patch_nodeclaim_status(self, name: str, patch: JSON) -> JSON:
+        return call(
+            self.custom.patch_cluster_custom_object_status, KARPENTER_GROUP, "v1", "nodeclaims", name, patch
         )
 
     def delete_nodeclaim(self, name: str) -> None:

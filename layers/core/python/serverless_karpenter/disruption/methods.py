@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.api.ec2nodeclass import EC2NODECLASS_HASH_VERSION
-from serverless_karpenter.api.nodepool import NODEPOOL_HASH_VERSION
 from serverless_karpenter.disruption.budgets import (
     REASON_DRIFTED,
     REASON_EMPTY,
@@ -35,6 +33,7 @@ from serverless_karpenter.disruption.candidates import (
     no_controller_blocker,
     pending_command,
 )
+from serverless_karpenter.disruption.drift import record_drift
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.provisioning.provisioner import existing_capacity
 from serverless_karpenter.scheduling import pods as podlib
@@ -422,31 +421,12 @@ def consolidate(
 def drift_reason(snapshot: Snapshot, candidate: Candidate) -> str | None:
     record = candidate.record
     annotations = {**record.annotations, **(candidate.node["metadata"].get("annotations") or {})}
-    # As Karpenter: a hash of another computation (another version: Karpenter's own, on a node it launched)
-    # says nothing about drift. A record from before versions were written counts as ours.
-    pool_hash = annotations.get(wk.NODEPOOL_HASH)
-    pool_version = annotations.get(wk.NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION)
-    if (
-        pool_hash
-        and pool_version == NODEPOOL_HASH_VERSION
-        and pool_hash != candidate.nodepool.template_hash()
-    ):
-        return "NodePoolDrifted: the NodePool template changed"
-    nodeclass = snapshot.nodeclasses.get(record.nodeclass)
-    class_hash = annotations.get(wk.EC2NODECLASS_HASH)
-    class_version = annotations.get(wk.EC2NODECLASS_HASH_VERSION, EC2NODECLASS_HASH_VERSION)
-    if (
-        nodeclass is not None
-        and class_hash
-        and class_version == EC2NODECLASS_HASH_VERSION
-        and class_hash != nodeclass.static_hash()
-    ):
-        return "NodeClassDrifted: the EC2NodeClass changed"
     resolved = snapshot.resolved.get(record.nodeclass)
+    nodeclass = snapshot.nodeclasses.get(record.nodeclass)
+    static = record_drift(record, annotations, candidate.nodepool, nodeclass, resolved)
+    if static is not None:
+        return static
     if resolved is not None:
-        if record.image_id and resolved.amis and record.image_id not in set(resolved.amis.values()):
-            current = ", ".join(sorted(set(resolved.amis.values())))
-            return f"AMIDrift: {record.image_id} is no longer a resolved AMI ({current})"
         network = snapshot.instance_network.get(record.instance_id or "")
         subnet_ids = {getattr(s, "id", None) for s in resolved.subnets}
         if network is not None and network.subnet_id and network.subnet_id not in subnet_ids:

@@ -57,6 +57,7 @@ from serverless_karpenter.disruption.candidates import (
     pending_command,
 )
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.lifecycle.nodeclaim_writer import NodeClaimObjects
 from serverless_karpenter.observability import MetricName, Msg, emit_dimensioned, logger
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.provisioning.provisioner import (
@@ -617,18 +618,25 @@ def record_blocked(
     rule per NodeClaim), else an Unconsolidatable on a node consolidation considered and turned down; and
     a DisruptionBlocked on each NodePool whose budget blocks a disruption (one per NodePool per pass)."""
     budget_blocked: dict[str, str] = {}
+    # Karpenter records each on the NodeClaim too (their uids remembered, read at most once a pass).
+    claims: NodeClaimObjects | None = None
     for candidate in pool:
         blocker = evaluation.blockers.get(candidate.name)
+        event: tuple[str, str] | None = None
         if blocker is not None and blocker.kind in NODE_EVENT_BLOCKERS:
-            plane.kube.record_event(
-                candidate.node, "DisruptionBlocked", f"Cannot disrupt Node: {blocker.message}"
-            )
-            continue
-        if blocker is not None and blocker.kind == BUDGET_BLOCKER:
-            budget_blocked.setdefault(candidate.record.nodepool, blocker.message)
-        unconsolidatable = evaluation.unconsolidatable.get(candidate.name)
-        if unconsolidatable is not None:
-            plane.kube.record_event(candidate.node, "Unconsolidatable", unconsolidatable)
+            # One message on both, as Karpenter's disruption events.Blocked publishes it.
+            event = ("DisruptionBlocked", f"Cannot disrupt Node: {blocker.message}")
+            plane.kube.record_event(candidate.node, *event)
+        else:
+            if blocker is not None and blocker.kind == BUDGET_BLOCKER:
+                budget_blocked.setdefault(candidate.record.nodepool, blocker.message)
+            unconsolidatable = evaluation.unconsolidatable.get(candidate.name)
+            if unconsolidatable is not None:
+                plane.kube.record_event(candidate.node, "Unconsolidatable", unconsolidatable)
+                event = ("Unconsolidatable", unconsolidatable)
+        if event is not None:
+            claims = claims or NodeClaimObjects(plane.kube, plane.clock)
+            claims.event(candidate.record.name, *event)
     for name, message in sorted(budget_blocked.items()):
         manifest = snapshot.nodepool_manifests.get(name)
         if manifest is not None:

@@ -28,6 +28,7 @@ from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
+from serverless_karpenter.lifecycle.nodeclaim_writer import NodeClaimObjects
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.scheduling import resources
@@ -186,6 +187,7 @@ def mark_launched(plane: ControlPlane, record: NodeClaimRecord, instance: Instan
         }
     )
     saved = plane.store.save(updated)
+    NodeClaimObjects(plane.kube, plane.clock).create(saved)
     metrics.add_metric(name=MetricName.NODECLAIMS_LAUNCHED, unit=MetricUnit.Count, value=1)
     metrics.add_metric(
         name=MetricName.LAUNCH_LATENCY,

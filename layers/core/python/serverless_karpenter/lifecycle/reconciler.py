@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -14,11 +14,16 @@ from serverless_karpenter.adapters.ec2 import Instance, ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
+from serverless_karpenter.api.nodepool import NodePool
 from serverless_karpenter.deployment import FUNCTION_TIMEOUT_SECONDS
+from serverless_karpenter.disruption.candidates import last_pod_event
+from serverless_karpenter.disruption.drift import record_drift
 from serverless_karpenter.lifecycle import node_metadata, nodepool_status
 from serverless_karpenter.lifecycle.adoption import Adoption
 from serverless_karpenter.lifecycle.launch import launch_record, launch_templates_of, mark_launched
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.lifecycle.nodeclaim_writer import NodeClaimObjects, SyncResult
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, emit_dimensioned, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.scheduling import resources
@@ -41,6 +46,8 @@ class LifecycleResult:
     launch_templates_deleted: list[str] = field(default_factory=list)
     adopted: list[str] = field(default_factory=list)
     finalized: list[str] = field(default_factory=list)
+    # The NodeClaim objects mirrored from the records (lifecycle.nodeclaim_writer); None when not synced.
+    objects: SyncResult | None = None
 
 
 def registration_patch(
@@ -84,6 +91,96 @@ def is_initialized(record: NodeClaimRecord, node: Mapping[str, Any]) -> bool:
     return True
 
 
+NODECLAIM_DELETED = "NodeClaimDeleted"  # the disruption reason of a claim deleted in the cluster
+
+
+def _parsed(model: Any, manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for manifest in manifests:
+        try:
+            out[manifest["metadata"]["name"]] = model.model_validate(manifest)
+        except ValueError:
+            continue  # one that does not parse shows no drift; its validation reports it elsewhere
+    return out
+
+
+def mirror_objects(
+    plane: ControlPlane,
+    writer: NodeClaimObjects,
+    live: list[NodeClaimRecord],
+    nodeclass_specs: list[dict[str, Any]],
+    resolved: Mapping[str, ResolvedNodeClass | None],
+) -> SyncResult:
+    """Write every live record's NodeClaim object: the owner reference needs the live NodePool's uid, the
+    labels the launched type's (from the catalog), the Drifted condition the record's own drift and
+    Consolidatable the NodePool's consolidateAfter since the node's last pod event."""
+    now = plane.clock.now()
+    try:
+        manifests = plane.kube.list_nodepools()
+    except KubernetesError as error:
+        logger.warning("could not read the nodepools", extra={"error": str(error)})
+        manifests = []
+    uids = {
+        m["metadata"]["name"]: str(m["metadata"].get("uid") or "")
+        for m in manifests
+        if not m["metadata"].get("deletionTimestamp")
+    }
+    pools: dict[str, NodePool] = _parsed(NodePool, manifests)
+    classes: dict[str, EC2NodeClass] = _parsed(EC2NodeClass, nodeclass_specs)
+    drift: dict[str, str] = {}
+    consolidatable: dict[str, datetime] = {}
+    for record in live:
+        if not record.instance_id:
+            continue
+        pool = pools.get(record.nodepool)
+        reason = record_drift(
+            record, record.annotations, pool, classes.get(record.nodeclass), resolved.get(record.nodeclass)
+        )
+        if reason:
+            drift[record.name] = reason
+        after = pool.consolidate_after_timedelta() if pool is not None else None
+        if record.state == NodeClaimState.INITIALIZED and after is not None:
+            since = last_pod_event(record, []) + after
+            if now >= since:
+                consolidatable[record.name] = since
+    labels_of = _TypeLabels(plane, nodeclass_specs, resolved)
+    return writer.sync(
+        live,
+        record_of=plane.store.get,
+        nodepool_uids={k: v for k, v in uids.items() if v},
+        type_labels=labels_of,
+        drift=drift,
+        consolidatable_since=consolidatable,
+    )
+
+
+class _TypeLabels:
+    """The catalog's labels of a launched type, read once per node class and pass, and only if asked."""
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        specs: list[dict[str, Any]],
+        resolved: Mapping[str, ResolvedNodeClass | None],
+    ) -> None:
+        self.plane = plane
+        self.specs = {s["metadata"]["name"]: s for s in specs}
+        self.resolved = resolved
+        self.by_class: dict[str, dict[str, Mapping[str, str]]] = {}
+
+    def __call__(self, record: NodeClaimRecord) -> Mapping[str, str]:
+        if record.nodeclass not in self.by_class:
+            nodeclass = self.resolved.get(record.nodeclass)
+            types: dict[str, Mapping[str, str]] = {}
+            if nodeclass is not None:
+                spec = self.specs.get(record.nodeclass, {})
+                types = {
+                    it.name: it.labels for it in self.plane.instance_types.instance_types(nodeclass, spec)
+                }
+            self.by_class[record.nodeclass] = types
+        return self.by_class[record.nodeclass].get(record.instance_type or "", {})
+
+
 class LifecycleReconciler:
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
@@ -91,6 +188,8 @@ class LifecycleReconciler:
         self.nodeclasses: dict[str, Mapping[str, Any]] = {}
         # Per EC2NodeClass, each instance type's labels: what a registering node is labelled with.
         self._type_labels: dict[str, dict[str, Mapping[str, str]]] = {}
+        self.objects = NodeClaimObjects(plane.kube, plane.clock)
+        self._nodeclass_specs: list[dict[str, Any]] = []
 
     def reconcile(self) -> LifecycleResult:
         plane = self.plane
@@ -122,6 +221,8 @@ class LifecycleReconciler:
         self._garbage_collect(records, instances, result, adoption.claimed_instances)
         self._sweep_launch_templates(resolved, result)
         live = plane.store.list_live()
+        result.objects = mirror_objects(plane, self.objects, live, self._nodeclass_specs, resolved)
+        self._delete_claims_deleted_in_the_cluster(live, result)
         self._emit_state_counts(live)
         self._write_nodepool_status(live, nodes, {r.provider_id for r in records if r.provider_id})
         return result
@@ -142,11 +243,36 @@ class LifecycleReconciler:
         ):
             nodepool_status.write_status(plane.kube, nodepool, status)
 
+    def _delete_claims_deleted_in_the_cluster(
+        self, live: list[NodeClaimRecord], result: LifecycleResult
+    ) -> None:
+        """``kubectl delete nodeclaim``: the object waits on our finalizer while the claim is terminated
+        gracefully, through the same flow as any disruption (taint, drain respecting PDBs, terminate)."""
+        deleted = set(result.objects.deleted_by_user if result.objects else ())
+        for record in live:
+            if record.name not in deleted or record.is_deleting:
+                continue
+            logger.info(
+                "nodeclaim deleted in the cluster: terminating it",
+                extra={"nodeclaim": record.name, "node": record.node_name},
+            )
+            try:
+                saved = begin_deletion(self.plane, record, NODECLAIM_DELETED, disruption_event=False)
+            except (ConflictError, KubernetesError) as error:
+                logger.warning(
+                    "could not begin the deletion", extra={"nodeclaim": record.name, "error": str(error)}
+                )
+                continue
+            result.deleted.append(record.name)
+            if saved.state == NodeClaimState.TERMINATED:  # no node to drain: the instance went at once
+                self.objects.release(saved.name)
+
     def resolve_nodeclasses(self) -> dict[str, ResolvedNodeClass | None]:
         """Resolve every EC2NodeClass and write what it resolved to (or why not) to its status."""
         plane = self.plane
         out: dict[str, ResolvedNodeClass | None] = {}
-        for spec in plane.kube.list_ec2nodeclasses():
+        self._nodeclass_specs = plane.kube.list_ec2nodeclasses()
+        for spec in self._nodeclass_specs:
             name = spec["metadata"]["name"]
             resolved: ResolvedNodeClass | None = None
             error: str | None = None
@@ -368,6 +494,7 @@ class LifecycleReconciler:
         metrics.add_metric(name=MetricName.NODECLAIMS_TERMINATED, unit=MetricUnit.Count, value=1)
         logger.info(Msg.DELETED_NODECLAIM, extra={"nodeclaim": record.name})
         result.deleted.append(record.name)
+        self.objects.release(record.name)
 
     def _garbage_collect(
         self,

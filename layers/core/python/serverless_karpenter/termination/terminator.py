@@ -19,6 +19,7 @@ from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.clock import parse_rfc3339, to_rfc3339
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
+from serverless_karpenter.lifecycle.nodeclaim_writer import NodeClaimObjects
 from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.scheduling import pods as podlib
@@ -184,6 +185,10 @@ def begin_deletion(
         if not node["metadata"].get("deletionTimestamp"):
             if disruption_event:
                 plane.kube.record_event(node, "DisruptionTerminating", f"Disrupting Node: {reason}")
+                # Karpenter records it on the NodeClaim too (kubectl describe nodeclaim).
+                NodeClaimObjects(plane.kube, plane.clock).event(
+                    saved.name, "DisruptionTerminating", f"Disrupting NodeClaim: {reason}"
+                )
             plane.kube.delete_node(saved.node_name or "")
         return saved
     # No Node (never registered, or already gone): nothing to drain.
@@ -517,6 +522,8 @@ class Terminator:
             record = plane.store.get(record.name) or record
             started = record.deletion_requested_at
             close(plane, record)
+            # The instance is gone: the NodeClaim object goes with it (our finalizer released).
+            NodeClaimObjects(plane.kube, plane.clock).release(record.name)
             metrics.add_metric(name=MetricName.DRAINS_COMPLETED, unit=MetricUnit.Count, value=1)
             if started is not None:
                 metrics.add_metric(
