@@ -42,7 +42,7 @@ class NodeBudgets:
     _seen: set[str] = field(default_factory=set)
 
     def observe(self) -> None:
-        records = self.sim.plane.store.list_live()
+        records = self.sim.records.list_live()
         nodes = {n["metadata"]["name"]: n for n in self.sim.kube.list_nodes()}
         disrupted: dict[str, dict[str, str]] = {}  # nodepool -> nodeclaim -> reason
         for record in records:
