@@ -122,3 +122,57 @@ def test_the_records_view_reads_a_body_once_per_version(aws: None) -> None:
     assert live == store.list_live() and [r.name for r in live] == ["default-a", "default-b"]
     assert live[1].state == NodeClaimState.LAUNCHED
     assert view.parsed == 4  # only default-b's new version was read again
+
+
+def test_a_prefix_search_over_sorted_parameters_agrees_with_a_walk_over_all() -> None:
+    from moto.core.parse import QueryParser
+
+    assert getattr(QueryParser, "_serverless_karpenter_fast", False)
+    keys = sorted(
+        [
+            "Action",
+            "LaunchTemplateConfigs.1.Overrides.1.InstanceType",
+            "LaunchTemplateConfigs.1.Overrides.10.InstanceType",
+            "LaunchTemplateConfigs.1.Overrides.2.SubnetId",
+            "TagSpecification.1.Tag.1.Key",
+            "Type",
+        ]
+    )
+    prefixes = [
+        "LaunchTemplateConfigs.1.Overrides.1",
+        "LaunchTemplateConfigs.1.Overrides.3",
+        "LaunchTemplateConfigs.2",
+        "TagSpecification.1.Tag.2",
+        "Type",
+        "Z",
+        "A",
+    ]
+    for prefix in prefixes:
+        assert moto_speed.has_key_with_prefix(keys, prefix) == any(k.startswith(prefix) for k in keys)
+
+
+def test_a_create_fleet_with_many_overrides_is_parsed_whole(aws: None) -> None:
+    ec2: Any = boto3.client("ec2", region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    template = ec2.create_launch_template(LaunchTemplateName="t", LaunchTemplateData={"ImageId": image})[
+        "LaunchTemplate"
+    ]["LaunchTemplateId"]
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    types = [f"m5.{size}" for size in ("large", "xlarge", "2xlarge", "4xlarge")] + ["c5.large", "r5.large"]
+    fleet = ec2.create_fleet(
+        Type="instant",
+        TargetCapacitySpecification={"TotalTargetCapacity": 1, "DefaultTargetCapacityType": "on-demand"},
+        LaunchTemplateConfigs=[
+            {
+                "LaunchTemplateSpecification": {"LaunchTemplateId": template, "Version": "$Latest"},
+                "Overrides": [
+                    {"InstanceType": t, "SubnetId": subnet, "Priority": i} for i, t in enumerate(types)
+                ],
+            }
+        ],
+        OnDemandOptions={"AllocationStrategy": "lowest-price"},
+    )
+    launched = [i for group in fleet["Instances"] for i in group["InstanceIds"]]
+    assert len(launched) == 1
+    described = ec2.describe_instances(InstanceIds=launched)["Reservations"][0]["Instances"][0]
+    assert described["InstanceType"] in types
