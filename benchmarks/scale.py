@@ -66,7 +66,9 @@ def _provisioned(sim: Simulation, pods: int, limit: float, out: dict[str, Any], 
     return reached is not None
 
 
-def run_scenario(name: str, nodes: int, pods: int, minutes: float, tick: float) -> dict[str, Any]:
+def run_scenario(
+    name: str, nodes: int, pods: int, minutes: float, tick: float, *, progress: bool = False
+) -> dict[str, Any]:
     scenario: Scenario = {
         "burst": lambda: shapes.burst(nodes),
         "spread": lambda: shapes.spread(nodes),
@@ -80,7 +82,7 @@ def run_scenario(name: str, nodes: int, pods: int, minutes: float, tick: float) 
     out: dict[str, Any] = {"scenario": name, "nodes": nodes, "tick_seconds": tick}
     try:
         sim.start()
-        meter = Meter(sim)
+        meter = Meter(sim, progress=progress)
         with dynamodb_counted(meter):
             out.update(_drive(name, sim, nodes, pods, minutes))
             report = sim.check_invariants(final=True)
@@ -166,7 +168,7 @@ def register(subparsers: Any) -> None:
 def _one(args: argparse.Namespace, name: str) -> dict[str, Any]:
     nodes = args.hold_nodes if name == "hold" else args.nodes
     if args.in_process:
-        return run_scenario(name, nodes, args.hold_pods, args.hold_minutes, args.tick)
+        return run_scenario(name, nodes, args.hold_pods, args.hold_minutes, args.tick, progress=True)
     command = [sys.executable, "-m", "benchmarks", "scale", "--in-process", "--json", "--scenario", name]
     command += ["--nodes", str(args.nodes), "--hold-nodes", str(args.hold_nodes)]
     command += ["--hold-pods", str(args.hold_pods), "--hold-minutes", str(args.hold_minutes)]
@@ -189,11 +191,12 @@ def _run(args: argparse.Namespace) -> int:
     names = args.scenario or list(SCENARIOS)
     if args.in_process and len(names) != 1:
         raise SystemExit("--in-process runs exactly one --scenario")
-    result = {"loop_seconds_before": loop_seconds(), "scenarios": [_one(args, n) for n in names]}
-    result["loop_seconds_after"] = loop_seconds()
+    before = loop_seconds()
+    scenarios = [_one(args, n) for n in names]
+    result = {"loop_seconds_before": before, "scenarios": scenarios, "loop_seconds_after": loop_seconds()}
     if args.json:
         print(json.dumps(result))
     else:
-        for scenario in result["scenarios"]:
+        for scenario in scenarios:
             print(json.dumps(scenario, indent=1))
-    return 0 if all(s.get("ok") and not s.get("invariant_violations") for s in result["scenarios"]) else 1
+    return 0 if all(s.get("ok") and not s.get("invariant_violations") for s in scenarios) else 1

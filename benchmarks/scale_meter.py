@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -74,8 +75,9 @@ class PassStats:
 class Meter:
     """Installed on one started simulation; ``tick`` samples memory (the simulation's ``on_tick``)."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: Simulation, *, progress: bool = False) -> None:
         self.sim = sim
+        self.progress = progress
         self.started = time.monotonic()
         self.ticks = 0
         self.rss_peak_mb = rss_mb()
@@ -83,7 +85,7 @@ class Meter:
         self.rss_samples: list[tuple[float, float]] = []  # (virtual seconds, MB), one a virtual minute
         self.stats: dict[str, PassStats] = {}
         self._invoke = sim.lambdas.invoke
-        sim.lambdas.invoke = self._metered  # type: ignore[method-assign]
+        sim.lambdas.invoke = self._metered
         sim._on_tick = self.tick
 
     def tick(self, sim: Simulation) -> None:
@@ -92,6 +94,10 @@ class Meter:
         self.rss_peak_mb = max(self.rss_peak_mb, self.rss_last_mb)
         if not self.rss_samples or sim.elapsed - self.rss_samples[-1][0] >= 60:
             self.rss_samples.append((round(sim.elapsed), round(self.rss_last_mb, 1)))
+            if self.progress:
+                wall = time.monotonic() - self.started
+                line = f"{sim.elapsed:.0f}s virtual, {wall:.0f}s wall, {self.rss_last_mb:.0f} MB"
+                print(line, file=sys.stderr)
 
     def _requests_of(self, name: str) -> int:
         return sum(self.sim.kube_server.audit.requests_of(self.sim.function_user(name)).values())
