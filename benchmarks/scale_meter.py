@@ -79,6 +79,9 @@ class Meter:
         self.sim = sim
         self.progress = progress
         self.started = time.monotonic()
+        # CPU time of the whole process (the API servers' threads included): on a host shared with other
+        # runs, wall time varies several-fold, CPU time much less.
+        self.cpu_started = time.process_time()
         self.ticks = 0
         self.rss_peak_mb = rss_mb()
         self.rss_last_mb = self.rss_peak_mb
@@ -96,7 +99,8 @@ class Meter:
             self.rss_samples.append((round(sim.elapsed), round(self.rss_last_mb, 1)))
             if self.progress:
                 wall = time.monotonic() - self.started
-                line = f"{sim.elapsed:.0f}s virtual, {wall:.0f}s wall, {self.rss_last_mb:.0f} MB"
+                cpu = time.process_time() - self.cpu_started
+                line = f"{sim.elapsed:.0f}s virtual, {wall:.0f}s wall, {cpu:.0f}s CPU, {self.rss_last_mb:.0f} MB"
                 print(line, file=sys.stderr)
 
     def _requests_of(self, name: str) -> int:
@@ -124,8 +128,11 @@ class Meter:
 
     def summary(self) -> dict[str, Any]:
         wall = time.monotonic() - self.started
+        cpu = time.process_time() - self.cpu_started
         return {
             "wall_seconds": round(wall, 1),
+            "cpu_seconds": round(cpu, 1),
+            "cpu_ms_per_tick": round(1000 * cpu / max(1, self.ticks), 1),
             "virtual_seconds": round(self.sim.elapsed, 1),
             "ticks": self.ticks,
             "wall_ms_per_tick": round(1000 * wall / max(1, self.ticks), 1),
