@@ -100,7 +100,8 @@ class Meter:
             if self.progress:
                 wall = time.monotonic() - self.started
                 cpu = time.process_time() - self.cpu_started
-                line = f"{sim.elapsed:.0f}s virtual, {wall:.0f}s wall, {cpu:.0f}s CPU, {self.rss_last_mb:.0f} MB"
+                rss = self.rss_last_mb
+                line = f"{sim.elapsed:.0f}s virtual, {wall:.0f}s wall, {cpu:.0f}s CPU, {rss:.0f} MB"
                 print(line, file=sys.stderr)
 
     def _requests_of(self, name: str) -> int:
