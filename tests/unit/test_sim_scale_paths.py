@@ -176,3 +176,42 @@ def test_a_create_fleet_with_many_overrides_is_parsed_whole(aws: None) -> None:
     assert len(launched) == 1
     described = ec2.describe_instances(InstanceIds=launched)["Reservations"][0]["Instances"][0]
     assert described["InstanceType"] in types
+
+
+def _registry() -> tuple[Any, Any]:
+    from serverless_karpenter.clock import ManualClock
+    from serverless_karpenter_sim.kubeapi.audit import Audit
+    from serverless_karpenter_sim.kubeapi.store import Store
+    from serverless_karpenter_sim.kubeapi.watches import WatchRegistry
+
+    store = Store(ManualClock(NOW), Audit())
+    return store, WatchRegistry(store)
+
+
+def test_settling_waits_for_a_watch_still_writing_past_the_timeout() -> None:
+    """A burst (thousands of pods in one tick) takes the watch's thread longer than the timeout on a
+    loaded host; it is still writing, so the simulator waits instead of failing the run."""
+    import threading
+    import time
+
+    store, registry = _registry()
+    stream = registry.open("a", "watcher", "pods")
+    target = store.resource_version
+
+    def write_slowly() -> None:
+        for step in range(1, 7):  # 3 s in all, every step well within the 2 s allowed without progress
+            time.sleep(0.5)
+            registry.sent(stream, 1, cursor=target - 1 if step < 6 else target, checked=store.clock.now())
+
+    writer = threading.Thread(target=write_slowly)
+    writer.start()
+    progress = registry.settle("watcher", timeout=2.0)
+    writer.join()
+    assert progress["a"].lines == 6
+
+
+def test_settling_gives_up_on_a_watch_that_stopped_writing() -> None:
+    _, registry = _registry()
+    registry.open("a", "watcher", "pods")
+    with pytest.raises(TimeoutError):
+        registry.settle("watcher", timeout=0.2)
