@@ -70,14 +70,21 @@ def _provisioned(sim: Simulation, pods: int, limit: float, out: dict[str, Any], 
 
 
 def run_scenario(
-    name: str, nodes: int, pods: int, minutes: float, tick: float, *, progress: bool = False
+    name: str,
+    nodes: int,
+    pods: int,
+    minutes: float,
+    tick: float,
+    *,
+    progress: bool = False,
+    drift_budget: str = "20%",
 ) -> dict[str, Any]:
     scenario: Scenario = {
         "burst": lambda: shapes.burst(nodes),
         "spread": lambda: shapes.spread(nodes),
         "emptiness": lambda: shapes.burst(nodes, policy="WhenEmpty", budget="100%"),
         "consolidation": lambda: shapes.consolidation(nodes),
-        "drift": lambda: shapes.burst(nodes, budget="20%"),
+        "drift": lambda: shapes.burst(nodes, budget=drift_budget),
         "hold": lambda: shapes.hold(nodes, pods),
     }[name]()
     schedule = Schedule(tick_seconds=tick, watcher_every=tick, termination_every=max(5.0, tick))
