@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks import cold_start, consolidation, idle_cost, soak, solver, watcher_requests
+from benchmarks import cold_start, consolidation, idle_cost, scale, soak, solver, watcher_requests
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     watcher_requests.register(subparsers)
     cold_start.register(subparsers)
     idle_cost.register(subparsers)
+    scale.register(subparsers)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

@@ -25,6 +25,8 @@ MARKER_OF_FOLDER = {"integration": pytest.mark.integration, "infra": pytest.mark
 # other.
 SLOWEST_FIRST = (
     "integration/test_simulate_detach.py",
+    "integration/test_scale_deprovisioning.py",
+    "integration/test_scale_provisioning.py",
     "integration/test_disruption_acceptance.py",
     "integration/test_invariants_page.py",
     "integration/test_disruption_drift_expiration.py",

@@ -93,7 +93,7 @@ class DisruptionAvailability:
             return
         reasons = {
             r.node_name: r.disruption_reason
-            for r in self.sim.plane.store.list_live()
+            for r in self.sim.records.list_live()
             if r.node_name and r.is_deleting
         }
         for eviction in new:

@@ -32,11 +32,12 @@ from serverless_karpenter.deployment import (
 )
 from serverless_karpenter.interruption.rules import RULE_PATTERNS
 
-# Installs the EKS access-entry API on moto (which lacks it), and launch template security groups on
-# its fleets, before any server starts.
+# Installs the EKS access-entry API on moto (which lacks it), launch template security groups on its
+# fleets, and its faster tag and DynamoDB item paths, before any server starts.
 from serverless_karpenter_sim import (
     eks_access,
     fleet_network,  # noqa: F401 (installed on import)
+    moto_speed,  # noqa: F401 (installed on import)
 )
 from serverless_karpenter_sim.iam_enforcement import ENFORCEMENT
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -29,7 +28,8 @@ from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling.resources import format_quantity
 
 from serverless_karpenter_sim.cloud import REGION, CloudResources, SimulatedCloud, seed_stack
-from serverless_karpenter_sim.cluster import KubeletFleet, NodeShape, SimInstance, WorkloadControllers
+from serverless_karpenter_sim.cloud_instances import MotoInstances
+from serverless_karpenter_sim.cluster import KubeletFleet, NodeShape, WorkloadControllers
 from serverless_karpenter_sim.cluster import Scheduler as KubeScheduler
 from serverless_karpenter_sim.cluster_access import apply_rbac, component_clients, grant_cluster_access
 from serverless_karpenter_sim.eks_authn import EksTokenAuthenticator, aws_auth_reader
@@ -39,6 +39,7 @@ from serverless_karpenter_sim.karpenter_world import karpenter_world
 from serverless_karpenter_sim.kubeapi import KubeApiServer
 from serverless_karpenter_sim.lambda_credentials import CallerCredentials, function_credentials
 from serverless_karpenter_sim.lambdas import LambdaRuntime
+from serverless_karpenter_sim.record_view import RecordView
 from serverless_karpenter_sim.scenario import Scenario, Step
 from serverless_karpenter_sim.scenario_steps import ec2_action, patch_object, publish_ami
 
@@ -50,8 +51,6 @@ KARPENTER_PLURALS = {
 # A claim in these is not looked at again; DELETED marks one whose record was deleted.
 DELETED = "Deleted"
 FINAL_STATES = frozenset({NodeClaimState.TERMINATED.value, DELETED})
-# The instance states the kubelets are shown; a terminated instance is as good as gone to them.
-LIVE_INSTANCE_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 _REFERENCE = re.compile(r"\$\{(instance|node):(\d+)\}")
 
 
@@ -114,54 +113,6 @@ class SimulationReport:
             "lambda_errors": self.lambda_errors,
             "timeline": [{"t": e.t, "what": e.what} for e in self.timeline],
         }
-
-
-class MotoInstances:
-    """The kubelets' view of EC2: our cluster's instances, with their user data.
-
-    moto stamps LaunchTime with the wall clock; a booting machine lives on the simulation's virtual
-    time, so the launch time reported here is when the instance was first seen on that clock.
-    """
-
-    def __init__(self, ec2: Any, cluster_name: str, clock: ManualClock) -> None:
-        self._ec2 = ec2
-        self._cluster = cluster_name
-        self._clock = clock
-        self._user_data: dict[str, str | None] = {}
-        self._first_seen: dict[str, datetime] = {}
-
-    def running_instances(self) -> list[SimInstance]:
-        out = []
-        # Terminated instances are left out: moto keeps them, and serializing the growing history every
-        # tick was most of a long run's cost. The kubelets treat a missing instance as gone.
-        filters = [
-            {"Name": f"tag:{wk.TAG_CLUSTER_PREFIX}{self._cluster}", "Values": ["owned"]},
-            {"Name": "instance-state-name", "Values": [*LIVE_INSTANCE_STATES]},
-        ]
-        for page in self._ec2.get_paginator("describe_instances").paginate(Filters=filters):
-            for reservation in page["Reservations"]:
-                for raw in reservation["Instances"]:
-                    tags = {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
-                    out.append(
-                        SimInstance(
-                            instance_id=raw["InstanceId"],
-                            instance_type=raw["InstanceType"],
-                            zone=raw["Placement"]["AvailabilityZone"],
-                            private_dns_name=raw.get("PrivateDnsName") or raw["InstanceId"],
-                            launch_time=self._first_seen.setdefault(raw["InstanceId"], self._clock.now()),
-                            state=raw["State"]["Name"],
-                            user_data=self._read_user_data(raw["InstanceId"]),
-                            tags=tags,
-                        )
-                    )
-        return out
-
-    def _read_user_data(self, instance_id: str) -> str | None:
-        if instance_id not in self._user_data:
-            attribute = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
-            value = (attribute.get("UserData") or {}).get("Value")
-            self._user_data[instance_id] = base64.b64decode(value).decode(errors="replace") if value else None
-        return self._user_data[instance_id]
 
 
 def catalog_shapes(region: str) -> Callable[[str], NodeShape]:
@@ -264,6 +215,12 @@ class Simulation:
         for function, role in self.stack.function_roles.items():
             grant_cluster_access(self.cloud, function, role)
         self.plane = build_control_plane(self.settings, self.clock)
+        # The loop's observers read the records once a tick, and again only after a Lambda ran.
+        self.records = RecordView(
+            self.cloud.client("dynamodb"),
+            res.table_name,
+            lambda: (self.clock.now(), sum(self.lambdas.invocations.values())),
+        )
         use_control_plane(self.plane)
         watcher = self.lambdas.handler("watcher")
         # The watcher invokes the provisioner through Lambda; here that is an in-process call.
@@ -506,7 +463,7 @@ class Simulation:
     def _observe(self) -> None:
         # The live records every tick, and each claim that left them once more (to see it Terminated):
         # reading the Terminated ones kept for audit every tick grew a long run's cost without end.
-        records = self.plane.store.list_live()
+        records = self.records.list_live()
         live = {r.name for r in records}
         for name in [n for n, state in self._states.items() if state not in FINAL_STATES and n not in live]:
             record = self.plane.store.get(name)
@@ -540,7 +497,7 @@ class Simulation:
         pods = [p for p in self.kube.list_pods() if not podlib.is_terminal(p)]
         if any(p.get("status", {}).get("phase") != "Running" for p in pods):
             return False
-        records = self.plane.store.list_live()
+        records = self.records.list_live()
         transient = {
             NodeClaimState.PENDING,
             NodeClaimState.LAUNCHED,

@@ -79,6 +79,29 @@ def test_token_is_refreshed_before_its_fifteen_minutes_run_out(monkeypatch: pyte
     assert source.token() != first and len(issued) == 2
 
 
+def test_token_is_refreshed_on_the_clock_that_signed_it_when_the_given_clock_lags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A simulation's virtual clock can fall behind the wall clock the signature is stamped from: the token
+    must not outlive its 15 real minutes because only 10 virtual ones have passed (STS answers 401)."""
+    issued: list[int] = []
+
+    def fake_presign(cluster: str, region: str, session: object = None) -> str:
+        issued.append(len(issued))
+        return f"{TOKEN_PREFIX}{len(issued)}"
+
+    monkeypatch.setattr("serverless_karpenter.adapters.eks_token.presigned_token", fake_presign)
+    clock = ManualClock(NOW)
+    wall = [1_000_000.0]
+    source = TokenSource("c", "us-east-1", clock.now, signing_clock=lambda: wall[0])
+    first = source.token()
+    clock.advance(10 * 60)
+    wall[0] += 13 * 60
+    assert source.token() == first and len(issued) == 1
+    wall[0] += 61  # 14 min 1 s on the signing clock, 10 min on the given one
+    assert source.token() != first and len(issued) == 2
+
+
 BOTTLEROCKET_USER_SETTINGS = "[settings.host-containers.admin]\nenabled = true\n"
 
 

@@ -89,6 +89,7 @@ class World:
         self.lambdas = SimpleNamespace(failures=list[LambdaFailure]())
         self.store = Records()
         self.plane = SimpleNamespace(store=self.store)
+        self.records = self.store  # the loop's observers read the records through the simulation's view
         self.kube = Kube()
         self.kube_server = KubeApiServer(self.clock)  # never started: its store and audit, in-process
         self.ec2: Any = boto3.client("ec2", region_name=REGION)

@@ -35,6 +35,8 @@ class KubeRest:
 
     def __init__(self, api_client: ApiClient) -> None:
         self._api = api_client
+        # path -> (resourceVersion, items) of the last full LIST, as an informer's cache holds it.
+        self._lists: dict[str, tuple[str, list[Obj]]] = {}
 
     def request(
         self,
@@ -65,7 +67,23 @@ class KubeRest:
         return json.loads(data) if data else {}
 
     def list(self, path: str, **query: str | int) -> list[Obj]:
-        items: list[Obj] = self.request("GET", path, query=query).get("items") or []
+        """The collection's items. An unfiltered LIST is kept, and read again in full only once the
+        server's resourceVersion has moved: a one-item page (``limit=1``) carries it, so a step in which
+        nothing was written costs a few bytes instead of every object, as an informer's cache spares a
+        real controller its re-LISTs. The items are shared between steps: callers must not change them."""
+        if query:
+            items: list[Obj] = self.request("GET", path, query=query).get("items") or []
+            return items
+        cached = self._lists.get(path)
+        if cached is not None:
+            head = self.request("GET", path, query={"limit": 1})
+            if (head.get("metadata") or {}).get("resourceVersion") == cached[0]:
+                return cached[1]
+        full = self.request("GET", path)
+        items = full.get("items") or []
+        version = (full.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self._lists[path] = (str(version), items)
         return items
 
     def create(self, path: str, body: Obj) -> Obj | None:

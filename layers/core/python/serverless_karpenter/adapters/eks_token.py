@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -89,21 +90,38 @@ class TokenSource:
         region: str,
         now: Callable[[], datetime],
         session: boto3.session.Session | None = None,
+        signing_clock: Callable[[], float] = time.time,
     ) -> None:
         self._cluster = cluster_name
         self._region = region
         self._now = now
         self._session = session
-        self._tokens: dict[str, tuple[str, datetime]] = {}
+        # botocore stamps the signature (X-Amz-Date) from the system clock, and STS judges it on its own:
+        # a token's age is measured on that clock as well as on ``now``. They are one clock in a Lambda;
+        # in a simulation whose virtual clock falls behind the wall clock (a slow host), a token kept for
+        # 14 virtual minutes was past its 15 real ones, and refused (401).
+        self._signing_clock = signing_clock
+        self._tokens: dict[str, tuple[str, datetime, float]] = {}
 
     def token(self) -> str:
         now = self._now()
+        signed_now = self._signing_clock()
         session = self._session or aws.shared_session(self._region)
         credentials = session.get_credentials()
         key = str(credentials.get_frozen_credentials().access_key or "") if credentials is not None else ""
         kept = self._tokens.get(key)
-        if kept is None or now >= kept[1] + TOKEN_LIFETIME - REFRESH_BEFORE:
-            kept = (presigned_token(self._cluster, self._region, session), now)
-            self._tokens = {k: v for k, v in self._tokens.items() if now < v[1] + TOKEN_LIFETIME}
+        refresh_after = (TOKEN_LIFETIME - REFRESH_BEFORE).total_seconds()
+        if (
+            kept is None
+            or now >= kept[1] + TOKEN_LIFETIME - REFRESH_BEFORE
+            or signed_now - kept[2] >= refresh_after
+        ):
+            kept = (presigned_token(self._cluster, self._region, session), now, signed_now)
+            lifetime = TOKEN_LIFETIME.total_seconds()
+            self._tokens = {
+                k: v
+                for k, v in self._tokens.items()
+                if now < v[1] + TOKEN_LIFETIME and signed_now - v[2] < lifetime
+            }
             self._tokens[key] = kept
         return kept[0]
