@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks import consolidation, soak, solver, watcher_requests
+from benchmarks import consolidation, passes, soak, solver, watcher_requests
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,6 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     soak.register(subparsers)
     consolidation.register(subparsers)
     watcher_requests.register(subparsers)
+    passes.register(subparsers)
     args = parser.parse_args(argv)
     return int(args.run(args))
 
