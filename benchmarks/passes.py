@@ -78,7 +78,8 @@ def run_pass(plane: ControlPlane, name: str) -> dict[str, Any]:
         from serverless_karpenter.lifecycle.reconciler import LifecycleReconciler
 
         lifecycle = LifecycleReconciler(plane).reconcile()
-        return {k: len(v) for k, v in asdict(lifecycle).items()}
+        done = ("launched", "registered", "initialized", "deleted", "garbage_collected")
+        return {k: len(getattr(lifecycle, k)) for k in done}
     if name == "disruption":
         from serverless_karpenter.disruption.usecases import run_disruption_pass
 

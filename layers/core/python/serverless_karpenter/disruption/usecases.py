@@ -224,8 +224,14 @@ def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
             [manifests[n] for n in nodepools], resolved, specs, plane, kube.list_daemonsets(), usage
         )[0]
     )
-    pods = [p for p in kube.list_pods(field_selector="spec.nodeName!=") if not podlib.is_terminal(p)]
-    pending = [p for p in kube.list_pending_pods() if podlib.is_provisionable(p)]
+    # One LIST of the pods, bound and pending both (two disjoint field-selected LISTs read the same).
+    every_pod = kube.list_pods()
+    pods = [p for p in every_pod if podlib.node_name(p) and not podlib.is_terminal(p)]
+    pending = [
+        p
+        for p in every_pod
+        if (p.get("status") or {}).get("phase") == "Pending" and podlib.is_provisionable(p)
+    ]
     return Snapshot(
         now=now,
         records=records,
