@@ -91,6 +91,9 @@ class Snapshot:
     # Provisionable pods: a disruption's simulation places them too, so it never counts on capacity
     # launched for them (Karpenter's SimulateScheduling starts from the pending pods).
     pending: list[dict[str, Any]] = field(default_factory=list)
+    # What the simulations of one pass work out alike from this snapshot (the nodes that stay, as
+    # capacity), kept for the next one; a view made with ``dataclasses.replace`` starts empty.
+    memo: dict[str, Any] = field(init=False, default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._nodes = {n["metadata"]["name"]: n for n in self.nodes}
