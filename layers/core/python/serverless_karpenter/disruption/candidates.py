@@ -71,6 +71,12 @@ class Options:
     poll_interval: timedelta = timedelta(seconds=10)
     replacement_timeout: timedelta = timedelta(minutes=10)
     spot_to_spot_min_types: int = 15
+    # Compute time one pass may spend simulating multi-node and single-node consolidation. Karpenter
+    # bounds them at 1 and 3 minutes; a quarter of those here, so that a pass that starts as its
+    # invocation's loop ends still finishes under the disruption lease (120 s past the loop). Simulations
+    # grow with the cluster (issue 22: 1,000 nodes took minutes a pass, unbounded).
+    multi_node_timeout: timedelta = timedelta(seconds=15)
+    single_node_timeout: timedelta = timedelta(seconds=45)
 
 
 @dataclass

@@ -9,6 +9,7 @@ the cluster's capacity, without the candidates.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,6 +104,8 @@ class Evaluation:
     blockers: dict[str, Blocker] = field(default_factory=dict)  # the first blocking rule per nodeclaim
     # nodeclaim -> Karpenter's Unconsolidatable message, for the first reason it has one for.
     unconsolidatable: dict[str, str] = field(default_factory=dict)
+    # A consolidation method ran out of time: the cluster is not known to be consolidated.
+    timed_out: bool = False
 
     def note(
         self,
@@ -588,11 +591,16 @@ def multi_node(
         for c in eligible:
             evaluation.note(c.name, MULTI, "fewer than 2 consolidatable nodes")
         return None
-    # Karpenter's binary search for the largest prefix that consolidates.
+    # Karpenter's binary search for the largest prefix that consolidates; out of time, the best found.
+    deadline = time.perf_counter() + options.multi_node_timeout.total_seconds()
     low, high = 2, len(eligible)
     best: Command | None = None
     last_why = ""
     while low <= high:
+        if time.perf_counter() > deadline:
+            last_why = f"timed out after {options.multi_node_timeout.total_seconds():.0f}s"
+            evaluation.timed_out = True
+            break
         middle = (low + high) // 2
         command, why, _ = consolidate(snapshot, eligible[:middle], options, MULTI)
         if command is not None:
@@ -608,7 +616,20 @@ def multi_node(
 def single_node(
     snapshot: Snapshot, pool: Sequence[Candidate], options: Options, evaluation: Evaluation
 ) -> Command | None:
-    for candidate in consolidatable(snapshot, pool, options, evaluation, SINGLE):
+    deadline = time.perf_counter() + options.single_node_timeout.total_seconds()
+    eligible = consolidatable(snapshot, pool, options, evaluation, SINGLE)
+    for evaluated, candidate in enumerate(eligible):
+        if time.perf_counter() > deadline:
+            # As Karpenter: no command this pass, the rest left for a later one.
+            evaluation.timed_out = True
+            for rest in eligible[evaluated:]:
+                evaluation.note(
+                    rest.name,
+                    SINGLE,
+                    f"not evaluated: single-node consolidation timed out after "
+                    f"{options.single_node_timeout.total_seconds():.0f}s and {evaluated} node(s)",
+                )
+            return None
         command, why, event = consolidate(snapshot, [candidate], options, SINGLE)
         if command is not None:
             return command

@@ -762,7 +762,9 @@ def decide(
         evaluation = _nothing_to_do[2]  # the same verdicts: reported again, as every pass reports them
     else:
         evaluation = m.evaluate(snapshot, pool, options)
-        _nothing_to_do = (key, snapshot.now, evaluation) if evaluation.command is None else None
+        # Karpenter marks the cluster consolidated only when its methods looked at every candidate.
+        settled = evaluation.command is None and not evaluation.timed_out
+        _nothing_to_do = (key, snapshot.now, evaluation) if settled else None
     for kind, count in Counter(b.kind for b in evaluation.blockers.values()).items():
         emit_dimensioned(MetricName.DISRUPTION_BLOCKED, count, {"Reason": kind})
     record_blocked(plane, snapshot, pool, evaluation)
