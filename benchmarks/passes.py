@@ -202,6 +202,7 @@ def run_all(nodes: int, pods_per_node: int, pending: int, trace: bool) -> dict[s
         for name in PASSES:
             worker, answer = _child(_invoke, ready["env"], ready["now"], name, trace)
             results.append(answer.recv())
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # progress: a run takes minutes
             worker.join(timeout=60)
         return {"seeded": ready["seeded"], "seed_seconds": ready["seed_seconds"], "passes": results}
     finally:
