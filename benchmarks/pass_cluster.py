@@ -156,9 +156,14 @@ def _put(
     sim: Simulation, kind: Any, namespace: str | None, body: dict[str, Any], status: dict[str, Any]
 ) -> None:
     store = sim.kube_server.store
+    name = body["metadata"]["name"]
     created = store.create(kind, namespace, body)
     obj = created.obj if isinstance(created, Entry) else created
-    store.update(kind, namespace, body["metadata"]["name"], {**obj, "status": status}, subresource="status")
+    updated = store.update(kind, namespace, name, {**obj, "status": status}, subresource="status")
+    if kind is NODES:
+        # Admission gave the new Node the not-ready taint; Ready, the node lifecycle controller takes it off.
+        obj = updated.obj if isinstance(updated, Entry) else updated
+        store.update(kind, namespace, name, {**obj, "spec": {**obj["spec"], "taints": []}})
 
 
 def seed(sim: Simulation, nodes: int, pods_per_node: int, pending: int) -> Seeded:
