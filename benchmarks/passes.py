@@ -13,7 +13,7 @@ order:
 
 For each it reports the wall time, the process's peak RSS (``ru_maxrss``, what Lambda reports as "Max
 Memory Used") and its growth over the pass, the DynamoDB, EC2 and Kubernetes requests (see
-:class:`benchmarks.pass_cluster.CallCounter`), and the Lambda settings the pass must fit: the
+:class:`benchmarks.pass_counts.CallCounter`), and the Lambda settings the pass must fit: the
 provisioner within half its timeout, the disruption pass within its poll interval (a pass every 10 s),
 both in their memory. tracemalloc slows allocation-heavy code 2-3x, so the Python heap's peak is
 measured in a second, identical run (``--no-tracemalloc`` skips it); times and RSS come from the first.
@@ -39,7 +39,7 @@ from typing import Any
 from serverless_karpenter import deployment
 from serverless_karpenter.provisioning.context import ControlPlane
 
-from benchmarks.pass_cluster import CallCounter
+from benchmarks.pass_counts import CallCounter
 
 PASSES = ("lifecycle", "disruption", "provisioner")
 MB = 1024  # ru_maxrss is in KiB on Linux

@@ -13,7 +13,8 @@ from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter_sim.simulation import Simulation
 
-from benchmarks.pass_cluster import CallCounter, seed, simulation
+from benchmarks.pass_cluster import seed, simulation
+from benchmarks.pass_counts import CallCounter
 from benchmarks.passes import PASSES, hooked_plane, measure
 
 pytestmark = pytest.mark.integration
