@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks import cold_start, consolidation, idle_cost, scale, soak, solver, watcher_requests
+from benchmarks import cold_start, consolidation, idle_cost, passes, scale, soak, solver, watcher_requests
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     cold_start.register(subparsers)
     idle_cost.register(subparsers)
     scale.register(subparsers)
+    passes.register(subparsers)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

@@ -71,6 +71,12 @@ class Options:
     poll_interval: timedelta = timedelta(seconds=10)
     replacement_timeout: timedelta = timedelta(minutes=10)
     spot_to_spot_min_types: int = 15
+    # Compute time one pass may spend simulating multi-node and single-node consolidation. Karpenter
+    # bounds them at 1 and 3 minutes; a quarter of those here, so that a pass that starts as its
+    # invocation's loop ends still finishes under the disruption lease (120 s past the loop). Simulations
+    # grow with the cluster (issue 22: 1,000 nodes took minutes a pass, unbounded).
+    multi_node_timeout: timedelta = timedelta(seconds=15)
+    single_node_timeout: timedelta = timedelta(seconds=45)
 
 
 @dataclass
@@ -91,6 +97,9 @@ class Snapshot:
     # Provisionable pods: a disruption's simulation places them too, so it never counts on capacity
     # launched for them (Karpenter's SimulateScheduling starts from the pending pods).
     pending: list[dict[str, Any]] = field(default_factory=list)
+    # What the simulations of one pass work out alike from this snapshot (the nodes that stay, as
+    # capacity), kept for the next one; a view made with ``dataclasses.replace`` starts empty.
+    memo: dict[str, Any] = field(init=False, default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._nodes = {n["metadata"]["name"]: n for n in self.nodes}

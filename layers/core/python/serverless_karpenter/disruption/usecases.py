@@ -225,8 +225,14 @@ def take_snapshot(plane: ControlPlane, *, network: bool = True) -> Snapshot:
             [manifests[n] for n in nodepools], resolved, specs, plane, kube.list_daemonsets(), usage
         )[0]
     )
-    pods = [p for p in kube.list_pods(field_selector="spec.nodeName!=") if not podlib.is_terminal(p)]
-    pending = [p for p in kube.list_pending_pods() if podlib.is_provisionable(p)]
+    # One LIST of the pods, bound and pending both (two disjoint field-selected LISTs read the same).
+    every_pod = kube.list_pods()
+    pods = [p for p in every_pod if podlib.node_name(p) and not podlib.is_terminal(p)]
+    pending = [
+        p
+        for p in every_pod
+        if (p.get("status") or {}).get("phase") == "Pending" and podlib.is_provisionable(p)
+    ]
     return Snapshot(
         now=now,
         records=records,
@@ -764,7 +770,9 @@ def decide(
         evaluation = _nothing_to_do[2]  # the same verdicts: reported again, as every pass reports them
     else:
         evaluation = m.evaluate(snapshot, pool, options)
-        _nothing_to_do = (key, snapshot.now, evaluation) if evaluation.command is None else None
+        # Karpenter marks the cluster consolidated only when its methods looked at every candidate.
+        settled = evaluation.command is None and not evaluation.timed_out
+        _nothing_to_do = (key, snapshot.now, evaluation) if settled else None
     for kind, count in Counter(b.kind for b in evaluation.blockers.values()).items():
         emit_dimensioned(MetricName.DISRUPTION_BLOCKED, count, {"Reason": kind})
     record_blocked(plane, snapshot, pool, evaluation)

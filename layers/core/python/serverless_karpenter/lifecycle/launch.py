@@ -121,12 +121,18 @@ def launch_request(
     )
 
 
-def with_startup_taints(plane: ControlPlane, record: NodeClaimRecord) -> NodeClaimRecord:
+def with_startup_taints(
+    plane: ControlPlane, record: NodeClaimRecord, nodepools: Sequence[Mapping[str, Any]] | None = None
+) -> NodeClaimRecord:
     """The record with its NodePool's startupTaints: the node registers with them, and the claim is not
-    initialized until something on the node removes them. Saved with the launch."""
+    initialized until something on the node removes them. Saved with the launch. ``nodepools``: as the
+    caller listed them this pass (else listed here)."""
     if record.startup_taints:
         return record
-    nodepool = _nodepool(plane, record.nodepool)
+    if nodepools is not None:
+        nodepool = next((p for p in nodepools if p["metadata"]["name"] == record.nodepool), None)
+    else:
+        nodepool = _nodepool(plane, record.nodepool)
     template = ((nodepool or {}).get("spec") or {}).get("template") or {}
     startup = [dict(t) for t in (template.get("spec") or {}).get("startupTaints") or []]
     return record.model_copy(update={"startup_taints": startup}) if startup else record
@@ -213,13 +219,16 @@ MAX_LAUNCH_ATTEMPTS = 4
 
 
 def launch_record(
-    plane: ControlPlane, record: NodeClaimRecord, nodeclass: ResolvedNodeClass | None
+    plane: ControlPlane,
+    record: NodeClaimRecord,
+    nodeclass: ResolvedNodeClass | None,
+    nodepools: Sequence[Mapping[str, Any]] | None = None,
 ) -> NodeClaimRecord:
     """Launch (or adopt) the instance for a Pending record. Offerings CreateFleet found without capacity
     (or all of spot, when the spot service-linked role is missing) go to the unavailable-offerings cache
     and the fleet is retried with the rest; a launch that still fails, or whose remaining types no
     longer meet minValues, deletes the record so its pods are provisioned again."""
-    record = with_startup_taints(plane, record)
+    record = with_startup_taints(plane, record, nodepools)
     existing = plane.launcher.find_by_nodeclaim(record.name)
     if existing is not None:
         return mark_launched(plane, record, existing)

@@ -48,6 +48,14 @@ class LifecycleResult:
     finalized: list[str] = field(default_factory=list)
     # The NodeClaim objects mirrored from the records (lifecycle.nodeclaim_writer); None when not synced.
     objects: SyncResult | None = None
+    # What the pass read, as it left it, for the provisioning that follows in the same invocation: the live
+    # records after their transitions, the Nodes (patched or deleted by registration and clean-up) and the
+    # EC2NodeClasses. Each is read once an invocation (issue 22).
+    records: list[NodeClaimRecord] = field(default_factory=list, repr=False)
+    nodes: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    nodeclass_specs: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    # Listed only when a Pending record was launched (its NodePool's startupTaints).
+    nodepools: list[dict[str, Any]] | None = field(default=None, repr=False)
 
 
 def registration_patch(
@@ -110,16 +118,13 @@ def mirror_objects(
     live: list[NodeClaimRecord],
     nodeclass_specs: list[dict[str, Any]],
     resolved: Mapping[str, ResolvedNodeClass | None],
+    manifests: list[dict[str, Any]],
 ) -> SyncResult:
-    """Write every live record's NodeClaim object: the owner reference needs the live NodePool's uid, the
-    labels the launched type's (from the catalog), the Drifted condition the record's own drift and
-    Consolidatable the NodePool's consolidateAfter since the node's last pod event."""
+    """Write every live record's NodeClaim object: the owner reference needs the live NodePool's uid (from
+    ``manifests``, the pass's NodePools), the labels the launched type's (from the catalog), the Drifted
+    condition the record's own drift and Consolidatable the NodePool's consolidateAfter since the node's
+    last pod event."""
     now = plane.clock.now()
-    try:
-        manifests = plane.kube.list_nodepools()
-    except KubernetesError as error:
-        logger.warning("could not read the nodepools", extra={"error": str(error)})
-        manifests = []
     uids = {
         m["metadata"]["name"]: str(m["metadata"].get("uid") or "")
         for m in manifests
@@ -189,22 +194,27 @@ class LifecycleReconciler:
         # Per EC2NodeClass, each instance type's labels: what a registering node is labelled with.
         self._type_labels: dict[str, dict[str, Mapping[str, str]]] = {}
         self.objects = NodeClaimObjects(plane.kube, plane.clock)
-        self._nodeclass_specs: list[dict[str, Any]] = []
 
     def reconcile(self) -> LifecycleResult:
+        """One pass over every live NodeClaim.
+
+        The Nodes are listed before the records are read: the disruption function writes a command's
+        replacement records before it taints the candidates, so a taint this pass sees comes with the
+        records of its replacements, and the provisioning that follows (which takes a tainted node's pods
+        as pending) counts them rather than launching for those pods again. The records are read before
+        the instances, as garbage collection needs (a record is written before its launch)."""
         plane = self.plane
         result = LifecycleResult()
+        listed = plane.kube.list_nodes()
         records = plane.store.list_live()
         instances = {i.id: i for i in plane.launcher.instances(include_terminated=True)}
         instances_by_claim = {
             i.tags.get(wk.NODECLAIM): i for i in instances.values() if i.state not in GONE_STATES
         }
-        nodes = {
-            n["spec"].get("providerID"): n
-            for n in plane.kube.list_nodes()
-            if (n.get("spec") or {}).get("providerID")
-        }
-        resolved = self.resolve_nodeclasses()
+        nodes = {n["spec"].get("providerID"): n for n in listed if (n.get("spec") or {}).get("providerID")}
+        result.nodeclass_specs = plane.kube.list_ec2nodeclasses()
+        resolved = self.resolve_nodeclasses(result.nodeclass_specs)
+        updated_nodes: dict[str, dict[str, Any] | None] = {}
         # NodeClaim objects with no record first: an adopted claim is reconciled below like any other,
         # and an instance some claim names is nobody's orphan.
         adoption = Adoption(plane).reconcile(records, nodes, resolved)
@@ -215,42 +225,67 @@ class LifecycleReconciler:
         result.finalized.extend(adoption.finalized)
         for record in records:
             try:
-                self._reconcile_one(record, instances, instances_by_claim, nodes, resolved, result)
+                current = self._reconcile_one(
+                    record, instances, instances_by_claim, nodes, resolved, result, updated_nodes
+                )
             except ConflictError:
-                continue  # somebody else moved it; the next pass sees the new version
+                current = record  # somebody else moved it; the next pass sees the new version
+            if current is not None:
+                result.records.append(current)
+        for listed_node in listed:
+            name = listed_node["metadata"]["name"]
+            node = updated_nodes.get(name, listed_node)
+            if node is not None:
+                result.nodes.append(node)
         self._garbage_collect(records, instances, result, adoption.claimed_instances)
-        self._sweep_launch_templates(resolved, result)
-        live = plane.store.list_live()
-        result.objects = mirror_objects(plane, self.objects, live, self._nodeclass_specs, resolved)
-        self._delete_claims_deleted_in_the_cluster(live, result)
-        self._emit_state_counts(live)
-        self._write_nodepool_status(live, nodes, {r.provider_id for r in records if r.provider_id})
+        self._sweep_launch_templates(result.records, resolved, result)
+        nodepools = self._nodepools(result)
+        result.objects = mirror_objects(
+            plane, self.objects, result.records, result.nodeclass_specs, resolved, nodepools or []
+        )
+        self._delete_claims_deleted_in_the_cluster(result)
+        self._emit_state_counts(result.records)
+        if nodepools is not None:
+            self._write_nodepool_status(
+                nodepools, result.records, nodes, {r.provider_id for r in records if r.provider_id}
+            )
         return result
 
+    def _nodepools(self, result: LifecycleResult) -> list[dict[str, Any]] | None:
+        """The NodePools, listed once a pass (the provisioning that follows reuses them); None when the API
+        server would not list them."""
+        if result.nodepools is None:
+            try:
+                result.nodepools = self.plane.kube.list_nodepools()
+            except KubernetesError as error:
+                logger.warning("could not list the NodePools", extra={"error": str(error)})
+                return None
+        return result.nodepools
+
     def _write_nodepool_status(
-        self, live: list[NodeClaimRecord], nodes: Mapping[str, Mapping[str, Any]], known: set[str]
+        self,
+        nodepools: list[dict[str, Any]],
+        live: list[NodeClaimRecord],
+        nodes: Mapping[str, Mapping[str, Any]],
+        known: set[str],
     ) -> None:
         """Each NodePool's status as of the end of this pass (what it launched, registered and closed)."""
-        plane = self.plane
-        try:
-            nodepools = plane.kube.list_nodepools()
-        except KubernetesError as error:
-            logger.warning("could not list NodePools for their status", extra={"error": str(error)})
-            return
         usage = nodepool_status.usage_by_nodepool(live, nodes, known)
         for nodepool, status in nodepool_status.pass_statuses(
-            nodepools, self.nodeclasses, usage, plane.clock.now()
+            nodepools, self.nodeclasses, usage, self.plane.clock.now()
         ):
-            nodepool_status.write_status(plane.kube, nodepool, status)
+            nodepool_status.write_status(self.plane.kube, nodepool, status)
 
-    def _delete_claims_deleted_in_the_cluster(
-        self, live: list[NodeClaimRecord], result: LifecycleResult
-    ) -> None:
+    def _delete_claims_deleted_in_the_cluster(self, result: LifecycleResult) -> None:
         """``kubectl delete nodeclaim``: the object waits on our finalizer while the claim is terminated
-        gracefully, through the same flow as any disruption (taint, drain respecting PDBs, terminate)."""
+        gracefully, through the same flow as any disruption (taint, drain respecting PDBs, terminate).
+        The pass's view (``result.records``, ``result.nodes``) follows: the provisioning after it takes
+        the tainted node's pods as pending."""
         deleted = set(result.objects.deleted_by_user if result.objects else ())
-        for record in live:
+        kept: list[NodeClaimRecord] = []
+        for record in result.records:
             if record.name not in deleted or record.is_deleting:
+                kept.append(record)
                 continue
             logger.info(
                 "nodeclaim deleted in the cluster: terminating it",
@@ -262,17 +297,28 @@ class LifecycleReconciler:
                 logger.warning(
                     "could not begin the deletion", extra={"nodeclaim": record.name, "error": str(error)}
                 )
+                kept.append(record)
                 continue
             result.deleted.append(record.name)
             if saved.state == NodeClaimState.TERMINATED:  # no node to drain: the instance went at once
                 self.objects.release(saved.name)
+                continue
+            kept.append(saved)
+            if saved.node_name:
+                fresh = self.plane.kube.get_node(saved.node_name)
+                result.nodes = [n for n in result.nodes if n["metadata"]["name"] != saved.node_name]
+                if fresh is not None:
+                    result.nodes.append(fresh)
+        result.records = kept
 
-    def resolve_nodeclasses(self) -> dict[str, ResolvedNodeClass | None]:
-        """Resolve every EC2NodeClass and write what it resolved to (or why not) to its status."""
+    def resolve_nodeclasses(
+        self, specs: list[dict[str, Any]] | None = None
+    ) -> dict[str, ResolvedNodeClass | None]:
+        """Resolve every EC2NodeClass (``specs``, else listed) and write what it resolved to (or why not)
+        to its status."""
         plane = self.plane
         out: dict[str, ResolvedNodeClass | None] = {}
-        self._nodeclass_specs = plane.kube.list_ec2nodeclasses()
-        for spec in self._nodeclass_specs:
+        for spec in plane.kube.list_ec2nodeclasses() if specs is None else specs:
             name = spec["metadata"]["name"]
             resolved: ResolvedNodeClass | None = None
             error: str | None = None
@@ -293,7 +339,10 @@ class LifecycleReconciler:
         return cache.get(name)
 
     def _sweep_launch_templates(
-        self, resolved: Mapping[str, ResolvedNodeClass | None], result: LifecycleResult
+        self,
+        records: list[NodeClaimRecord],
+        resolved: Mapping[str, ResolvedNodeClass | None],
+        result: LifecycleResult,
     ) -> None:
         """Delete the cluster's launch templates that no live NodeClaim uses, at most once per interval.
 
@@ -308,7 +357,7 @@ class LifecycleReconciler:
             return
         plane.launcher.last_template_sweep = now
         in_use: set[str] = set()
-        for record in plane.store.list_live():
+        for record in records:
             if record.launch_template_name:
                 in_use.add(record.launch_template_name)
             # A launched claim used the template it recorded; only one still to launch (or retry) may
@@ -333,43 +382,51 @@ class LifecycleReconciler:
         nodes: Mapping[str, Mapping[str, Any]],
         resolved: dict[str, ResolvedNodeClass | None],
         result: LifecycleResult,
-    ) -> None:
+        updated_nodes: dict[str, dict[str, Any] | None],
+    ) -> NodeClaimRecord | None:
+        """Move the record on; the record as it is left, or None when it is no longer live."""
         plane = self.plane
         now = plane.clock.now()
         settings = plane.settings
         if record.state == NodeClaimState.PENDING:
             instance = instances_by_claim.get(record.name)
             if instance is not None:
-                mark_launched(plane, record, instance)
                 result.launched.append(record.name)
-            elif now - record.created_at > timedelta(seconds=settings.launch_timeout_seconds):
+                return mark_launched(plane, record, instance)
+            if now - record.created_at > timedelta(seconds=settings.launch_timeout_seconds):
                 logger.warning("deleting nodeclaim, launch ttl exceeded", extra={"nodeclaim": record.name})
                 plane.store.delete(record)
                 result.deleted.append(record.name)
-            else:
-                # A provisioner died between writing the record and CreateFleet: finish its work.
-                launched = launch_record(plane, record, self._nodeclass(record.nodeclass, resolved))
-                if launched.state == NodeClaimState.LAUNCHED:
-                    result.launched.append(record.name)
-            return
+                return None
+            # A provisioner died between writing the record and CreateFleet: finish its work.
+            if result.nodepools is None:
+                result.nodepools = plane.kube.list_nodepools()
+            launched = launch_record(
+                plane, record, self._nodeclass(record.nodeclass, resolved), result.nodepools
+            )
+            if launched.state == NodeClaimState.LAUNCHED:
+                result.launched.append(record.name)
+            # A launch that failed deleted the record, to plan its pods afresh.
+            return launched if launched.state == NodeClaimState.LAUNCHED else None
         instance = instances.get(record.instance_id or "")
         if instance is None or instance.state in GONE_STATES:
             gone_node = nodes.get(record.provider_id or "")
             if not record.is_deleting:
-                self._instance_gone(record, gone_node, result)
-            elif gone_node is None:
+                self._instance_gone(record, gone_node, result, updated_nodes)
+                return None
+            if gone_node is None:
                 # Nothing is left to drain or terminate (a termination pass died between removing the
                 # finalizer and closing the record, and nothing else revisits it): close it here.
                 self._close(record, result)
-            return
+                return None
+            return record
         node = nodes.get(record.provider_id or "")
         if record.state == NodeClaimState.DISRUPTING:
-            self._resume_deletion(record, node, result)
-            return
+            return self._resume_deletion(record, node, result, updated_nodes)
         if record.state == NodeClaimState.LAUNCHED:
             if node is not None:
-                self._register(record, node, resolved.get(record.nodeclass), result)
-            elif record.launched_at and now - record.launched_at > timedelta(
+                return self._register(record, node, resolved.get(record.nodeclass), result, updated_nodes)
+            if record.launched_at and now - record.launched_at > timedelta(
                 seconds=settings.registration_timeout_seconds
             ):
                 logger.warning(
@@ -377,18 +434,19 @@ class LifecycleReconciler:
                 )
                 plane.launcher.terminate([instance.id])
                 self._close(record, result)
-            return
+                return None
+            return record
         if node is None and record.state in (NodeClaimState.REGISTERED, NodeClaimState.INITIALIZED):
             # The Node object went away without our finalizer running: the instance must not outlive it.
             logger.info(Msg.DELETED_NODE, extra={"nodeclaim": record.name, "node": record.node_name})
             plane.launcher.terminate([instance.id])
             self._close(record, result)
-            return
+            return None
         if record.state == NodeClaimState.INITIALIZED and node is not None:
             # Labelled when it initialized; a node initialized before we labelled (or adopted) gets it now.
-            self._label_initialized(node)
+            self._label_initialized(node, updated_nodes)
         if record.state == NodeClaimState.REGISTERED and node is not None and is_initialized(record, node):
-            self._label_initialized(node)
+            self._label_initialized(node, updated_nodes)
             saved = plane.store.save(
                 record.model_copy(update={"state": NodeClaimState.INITIALIZED, "initialized_at": now})
             )
@@ -401,36 +459,48 @@ class LifecycleReconciler:
                 )
             logger.info(Msg.INITIALIZED_NODECLAIM, extra={"nodeclaim": saved.name, "node": saved.node_name})
             result.initialized.append(record.name)
+            return saved
+        return record
 
     def _resume_deletion(
-        self, record: NodeClaimRecord, node: Mapping[str, Any] | None, result: LifecycleResult
-    ) -> None:
+        self,
+        record: NodeClaimRecord,
+        node: Mapping[str, Any] | None,
+        result: LifecycleResult,
+        updated_nodes: dict[str, dict[str, Any] | None],
+    ) -> NodeClaimRecord | None:
         """``begin_deletion`` marks the claim, then taints and deletes its Node (or terminates an
         unregistered instance); the two are not one write. A Lambda that died between them left a claim
         marked for deletion that nothing deletes, holding its NodePool's disruption budget. Once whatever
         began it must have ended (the longest function timeout), finish it: each step is idempotent."""
         if node is not None and node["metadata"].get("deletionTimestamp"):
-            return  # deleted: the termination function drains it
+            return record  # deleted: the termination function drains it
         requested = record.deletion_requested_at or record.created_at
         if self.plane.clock.now() - requested < RESUME_DELETION_AFTER:
-            return
+            return record
         logger.warning(
             "resuming the deletion of a nodeclaim whose node was never deleted",
             extra={"nodeclaim": record.name, "node": record.node_name, "reason": record.disruption_reason},
         )
         try:
-            begin_deletion(self.plane, record, record.disruption_reason or "Unknown")
+            resumed = begin_deletion(self.plane, record, record.disruption_reason or "Unknown")
+            if node is not None:  # tainted and deleted now: provisioning takes its pods as pending
+                updated_nodes[node["metadata"]["name"]] = self.plane.kube.get_node(node["metadata"]["name"])
         except KubernetesError as error:  # the API server's trouble must not stop the rest of the pass
             logger.warning(
                 "could not resume the deletion", extra={"nodeclaim": record.name, "error": str(error)}
             )
-            return
+            return record
         result.deleted.append(record.name)
+        return None if resumed.state == NodeClaimState.TERMINATED else resumed
 
-    def _label_initialized(self, node: Mapping[str, Any]) -> None:
+    def _label_initialized(
+        self, node: Mapping[str, Any], updated_nodes: dict[str, dict[str, Any] | None]
+    ) -> None:
         patch = node_metadata.initialized_patch(node)
         if patch is not None:
-            self.plane.kube.patch_node(node["metadata"]["name"], patch)
+            name = node["metadata"]["name"]
+            updated_nodes[name] = self.plane.kube.patch_node(name, patch)
 
     def type_labels(self, record: NodeClaimRecord, nodeclass: ResolvedNodeClass | None) -> Mapping[str, str]:
         """The launched instance type's labels, from the catalog the provisioner chose it from."""
@@ -447,11 +517,12 @@ class LifecycleReconciler:
         node: Mapping[str, Any],
         nodeclass: ResolvedNodeClass | None,
         result: LifecycleResult,
-    ) -> None:
+        updated_nodes: dict[str, dict[str, Any] | None],
+    ) -> NodeClaimRecord:
         plane = self.plane
         name = node["metadata"]["name"]
         patch = registration_patch(record, node, self.type_labels(record, nodeclass), nodeclass)
-        plane.kube.patch_node(name, patch)
+        updated_nodes[name] = plane.kube.patch_node(name, patch)
         saved = plane.store.save(
             record.model_copy(
                 update={
@@ -467,20 +538,28 @@ class LifecycleReconciler:
             extra={"nodeclaim": saved.name, "node": name, "provider-id": saved.provider_id},
         )
         result.registered.append(record.name)
+        return saved
 
     def _instance_gone(
-        self, record: NodeClaimRecord, node: Mapping[str, Any] | None, result: LifecycleResult
+        self,
+        record: NodeClaimRecord,
+        node: Mapping[str, Any] | None,
+        result: LifecycleResult,
+        updated_nodes: dict[str, dict[str, Any] | None],
     ) -> None:
         """The instance was terminated behind our back: remove the Node (its finalizer too) and the claim."""
         plane = self.plane
         if node is not None:
-            plane.kube.delete_node(node["metadata"]["name"])
-            fresh = plane.kube.get_node(node["metadata"]["name"])
+            name = node["metadata"]["name"]
+            plane.kube.delete_node(name)
+            fresh = plane.kube.get_node(name)
             if fresh is not None:
                 plane.kube.remove_node_finalizer(fresh, wk.TERMINATION_FINALIZER)
+            updated_nodes[name] = None  # gone, or going once its last finalizer is off
         self._close(record, result)
 
     def _close(self, record: NodeClaimRecord, result: LifecycleResult) -> None:
+        """Mark the record Terminated (no longer live: None, for the pass's view of the records)."""
         now = self.plane.clock.now()
         self.plane.store.save(
             record.model_copy(

@@ -459,9 +459,19 @@ class Provisioner:
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
 
-    def cluster_state(self, records: Sequence[NodeClaimRecord]) -> ClusterState:
+    def cluster_state(
+        self,
+        records: Sequence[NodeClaimRecord],
+        *,
+        nodes: Sequence[dict[str, Any]] | None = None,
+        nodeclass_specs: Sequence[dict[str, Any]] | None = None,
+        nodepools: Sequence[dict[str, Any]] | None = None,
+    ) -> ClusterState:
+        """What scheduling reads of the cluster; ``nodes``, ``nodeclass_specs`` and ``nodepools`` as the
+        caller listed them this pass (else listed here)."""
         kube = self.plane.kube
-        specs = {nc["metadata"]["name"]: nc for nc in kube.list_ec2nodeclasses()}
+        listed_specs = kube.list_ec2nodeclasses() if nodeclass_specs is None else nodeclass_specs
+        specs = {nc["metadata"]["name"]: nc for nc in listed_specs}
         resolved: dict[str, ResolvedNodeClass] = {}
         errors: dict[str, str] = {}
         for name, spec in specs.items():
@@ -492,10 +502,10 @@ class Provisioner:
             # Without read access to these, pods are scheduled without volume topology, as before.
             logger.warning("cannot read namespaces or volumes", extra={"error": str(error)})
         return ClusterState(
-            nodepools=kube.list_nodepools(),
+            nodepools=kube.list_nodepools() if nodepools is None else list(nodepools),
             nodeclass_specs=specs,
             resolved=resolved,
-            nodes=kube.list_nodes(),
+            nodes=kube.list_nodes() if nodes is None else list(nodes),
             bound_pods=bound,
             records=list(records),
             daemonsets=kube.list_daemonsets(),
@@ -511,14 +521,28 @@ class Provisioner:
         result, report, _ = simulate_provisioning(state, pending, self.plane)
         return result, report, dict(state.resolved)
 
-    def provision(self, renew_lease: Callable[[], bool] | None = None) -> ProvisioningResult:
+    def provision(
+        self,
+        renew_lease: Callable[[], bool] | None = None,
+        *,
+        records: Sequence[NodeClaimRecord] | None = None,
+        nodes: Sequence[dict[str, Any]] | None = None,
+        nodeclass_specs: Sequence[dict[str, Any]] | None = None,
+        nodepools: Sequence[dict[str, Any]] | None = None,
+    ) -> ProvisioningResult:
         """Provision pending pods. ``renew_lease`` is called before each launch; when it fails, another
-        writer has taken over and this one stops launching (fencing)."""
+        writer has taken over and this one stops launching (fencing).
+
+        ``records``, ``nodes``, ``nodeclass_specs`` and ``nodepools``: as the lifecycle reconcile of the
+        same invocation left them, so that each is read once a pass (else read here, the Nodes before the
+        records: see ``LifecycleReconciler.reconcile``)."""
         plane = self.plane
         pending = [p for p in plane.kube.list_pending_pods() if podlib.is_provisionable(p)]
+        if nodes is None:
+            nodes = plane.kube.list_nodes()
         # Issue 6 (termination): like Karpenter, count the reschedulable pods of nodes being deleted as
         # pending, so replacement capacity launches while the drain is still under way.
-        pending += pods_on_deleting_nodes(plane.kube, plane.clock.now())
+        pending += pods_on_deleting_nodes(plane.kube, plane.clock.now(), nodes)
         if pending:
             # Published only while pods wait: a custom metric is billed for every hour it is published
             # in, and an idle cluster's zeros would cost $0.30 a month to say nothing (the dashboard fills
@@ -531,10 +555,11 @@ class Provisioner:
             Msg.FOUND_PROVISIONABLE_PODS,
             extra={"pods": [podlib.key(p) for p in pending][:50], "count": len(pending)},
         )
-        records = plane.store.list_live()
+        if records is None:
+            records = plane.store.list_live()
         started = time.perf_counter()  # compute time, not control-plane time: the clock may be virtual
         # As ``schedule``, keeping the state: NodePool Events need what it says about NodePools.
-        state = self.cluster_state(records)
+        state = self.cluster_state(records, nodes=nodes, nodeclass_specs=nodeclass_specs, nodepools=nodepools)
         result, report, templates = simulate_provisioning(state, pending, plane)
         resolved = state.resolved
         metrics.add_metric(
@@ -599,7 +624,7 @@ class Provisioner:
                     plane.kube.record_event(
                         by_key[pod_key], "Nominated", f"Pod should schedule on: nodeclaim/{record.name}"
                     )
-            launched = launch_record(plane, record, resolved.get(record.nodeclass))
+            launched = launch_record(plane, record, resolved.get(record.nodeclass), state.nodepools)
             (outcome.launched if launched.state == NodeClaimState.LAUNCHED else outcome.failed).append(
                 record.name
             )

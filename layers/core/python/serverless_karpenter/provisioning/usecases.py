@@ -42,7 +42,14 @@ def run_provisioner(plane: ControlPlane, lease: Lease) -> ProvisionerRun:
 
     try:
         lifecycle = LifecycleReconciler(plane).reconcile()
-        provisioning = Provisioner(plane).provision(renew)
+        # What the reconcile read, as it left it: each is read once an invocation (issue 22).
+        provisioning = Provisioner(plane).provision(
+            renew,
+            records=lifecycle.records,
+            nodes=lifecycle.nodes,
+            nodeclass_specs=lifecycle.nodeclass_specs,
+            nodepools=lifecycle.nodepools,
+        )
     except crashpoints.InjectedCrash:
         raise  # a killed Lambda releases nothing: the lease runs out, as it would in AWS
     except BaseException:

@@ -143,12 +143,15 @@ def is_currently_reschedulable(
     )
 
 
-def pods_on_deleting_nodes(kube: _PodsAndNodes, now: datetime) -> list[dict[str, Any]]:
+def pods_on_deleting_nodes(
+    kube: _PodsAndNodes, now: datetime, nodes: Sequence[Mapping[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """The currently reschedulable pods of every node being deleted or tainted for disruption, for the
-    provisioner (Karpenter's ``Deleting().CurrentlyReschedulablePods``)."""
+    provisioner (Karpenter's ``Deleting().CurrentlyReschedulablePods``); ``nodes`` as the caller listed
+    them this pass (else listed here)."""
     out: list[dict[str, Any]] = []
     pdbs: list[dict[str, Any]] | None = None
-    for node in kube.list_nodes():
+    for node in kube.list_nodes() if nodes is None else nodes:
         if is_node_deleting(node):
             if pdbs is None:
                 pdbs = kube.list_pdbs()
