@@ -70,15 +70,18 @@ class NodeClaimObjects:
         type_labels: TypeLabels | None = None,
         drift: Mapping[str, str] | None = None,
         consolidatable_since: Mapping[str, datetime] | None = None,
+        listed: list[dict[str, Any]] | None = None,
     ) -> SyncResult:
         """Converge the objects of the live ``records`` (a Pending record has none yet) and release those
-        whose record is Terminated; ``record_of`` reads a record that is not live (a Terminated one)."""
+        whose record is Terminated; ``record_of`` reads a record that is not live (a Terminated one).
+        ``listed``: the NodeClaims, when the pass has listed them already (one LIST a pass)."""
         result = SyncResult()
         try:
-            objects = {o["metadata"]["name"]: o for o in self.kube.list_nodeclaims()}
+            found = self.kube.list_nodeclaims() if listed is None else listed
         except KubernetesError as error:
             self._failed(result, "*", "list", error)
             return result
+        objects = {o["metadata"]["name"]: o for o in found}
         _remember(objects.values(), replace=True)  # the whole set: claims gone are forgotten
         self._loaded = True
         live = {r.name: r for r in records}

@@ -119,6 +119,7 @@ def mirror_objects(
     nodeclass_specs: list[dict[str, Any]],
     resolved: Mapping[str, ResolvedNodeClass | None],
     manifests: list[dict[str, Any]],
+    claims: list[dict[str, Any]] | None = None,
 ) -> SyncResult:
     """Write every live record's NodeClaim object: the owner reference needs the live NodePool's uid (from
     ``manifests``, the pass's NodePools), the labels the launched type's (from the catalog), the Drifted
@@ -156,6 +157,7 @@ def mirror_objects(
         type_labels=labels_of,
         drift=drift,
         consolidatable_since=consolidatable,
+        listed=claims,
     )
 
 
@@ -217,7 +219,8 @@ class LifecycleReconciler:
         updated_nodes: dict[str, dict[str, Any] | None] = {}
         # NodeClaim objects with no record first: an adopted claim is reconciled below like any other,
         # and an instance some claim names is nobody's orphan.
-        adoption = Adoption(plane).reconcile(records, nodes, resolved)
+        claims = self._list_claims()
+        adoption = Adoption(plane).reconcile(records, nodes, resolved, objects=claims)
         records = [*records, *adoption.adopted]
         instances.update(adoption.instances)
         result.adopted.extend(r.name for r in adoption.adopted)
@@ -241,7 +244,7 @@ class LifecycleReconciler:
         self._sweep_launch_templates(result.records, resolved, result)
         nodepools = self._nodepools(result)
         result.objects = mirror_objects(
-            plane, self.objects, result.records, result.nodeclass_specs, resolved, nodepools or []
+            plane, self.objects, result.records, result.nodeclass_specs, resolved, nodepools or [], claims
         )
         self._delete_claims_deleted_in_the_cluster(result)
         self._emit_state_counts(result.records)
@@ -250,6 +253,16 @@ class LifecycleReconciler:
                 nodepools, result.records, nodes, {r.provider_id for r in records if r.provider_id}
             )
         return result
+
+    def _list_claims(self) -> list[dict[str, Any]]:
+        """The NodeClaim objects, one LIST a pass for adoption and the mirror both. A failed LIST fails the
+        pass (garbage collection must know which instances some claim names); no CRD means no claims."""
+        try:
+            return self.plane.kube.list_nodeclaims()
+        except KubernetesError as error:
+            if error.status != 404:
+                raise
+            return []
 
     def _nodepools(self, result: LifecycleResult) -> list[dict[str, Any]] | None:
         """The NodePools, listed once a pass (the provisioning that follows reuses them); None when the API
