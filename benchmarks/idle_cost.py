@@ -135,7 +135,9 @@ def simulate(minutes: float, replicas: int = 0) -> SimulatedPeriod:
         current: list[str] = []
         # (virtual seconds since the start, wall seconds) of each pass, by function.
         passes: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        sessions: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        # Keyed by the watch object itself, which the key keeps alive: an id() is reused once its object is
+        # freed, and two invocations' watches would then bill as one.
+        sessions: dict[object, list[tuple[float, float]]] = defaultdict(list)
         started_at = sim.clock.now()
 
         def count_call(model: Any, **_: Any) -> None:
@@ -174,7 +176,7 @@ def simulate(minutes: float, replicas: int = 0) -> SimulatedPeriod:
                 passes[name].append((at, wall))
                 if name == "watcher":
                     session = getattr(sim.lambdas.handler("watcher"), "_session", None)
-                    sessions[id(session)].append((at, wall))
+                    sessions[session].append((at, wall))
 
         sim.lambdas.invoke = measured_invoke
         audit = sim.kube_server.audit
@@ -215,7 +217,7 @@ def _warm_up_offset(runs: Mapping[str, FunctionRun], log: io.StringIO) -> int:
 def _bill_invocations(
     runs: dict[str, FunctionRun],
     passes: Mapping[str, list[tuple[float, float]]],
-    sessions: Mapping[int, list[tuple[float, float]]],
+    sessions: Mapping[object, list[tuple[float, float]]],
     minutes: float,
 ) -> None:
     """Turn the simulator's passes into AWS invocations and billed seconds (see the module's docstring)."""
