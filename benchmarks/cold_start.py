@@ -35,7 +35,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from serverless_karpenter.observability import NAMESPACE, SERVICE
+
+from benchmarks.host import host_loop_seconds
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_DIR = REPO_ROOT / "functions"
@@ -231,13 +232,6 @@ def measure_handler(
         "cpu_seconds": round(min(cpu_samples), 4),
         "heaviest_imports": {name: round(s, 4) for name, s in heaviest},
     }
-
-
-def host_loop_seconds() -> float:
-    """The host's speed, as every benchmark page states it: ``sum(i*i for i in range(10**7))``."""
-    start = time.perf_counter()
-    sum(i * i for i in range(10**7))
-    return round(time.perf_counter() - start, 3)
 
 
 def measure(

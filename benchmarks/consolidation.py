@@ -28,6 +28,8 @@ from serverless_karpenter_cli.main import main as cli_main
 from serverless_karpenter_sim.scenario import Scenario, load_scenario, parse_duration
 from serverless_karpenter_sim.simulation import Schedule, Simulation
 
+from benchmarks.host import host_loop_seconds
+
 SCENARIO = "consolidation-large-scale-down"
 PAID_STATES = frozenset(
     {
@@ -38,12 +40,6 @@ PAID_STATES = frozenset(
         NodeClaimState.DRAINING,
     }
 )
-
-
-def host_loop_seconds() -> float:
-    started = time.perf_counter()
-    sum(i * i for i in range(10**7))
-    return time.perf_counter() - started
 
 
 def cost_per_hour(sim: Simulation) -> float:

@@ -39,16 +39,11 @@ from typing import Any
 from serverless_karpenter import deployment
 from serverless_karpenter.provisioning.context import ControlPlane
 
+from benchmarks.host import host_loop_seconds
 from benchmarks.pass_counts import CallCounter
 
 PASSES = ("lifecycle", "disruption", "provisioner")
 MB = 1024  # ru_maxrss is in KiB on Linux
-
-
-def host_loop_seconds() -> float:
-    started = time.perf_counter()
-    sum(i * i for i in range(10**7))
-    return time.perf_counter() - started
 
 
 def lambda_settings() -> dict[str, dict[str, float]]:

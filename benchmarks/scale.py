@@ -16,7 +16,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +26,7 @@ from serverless_karpenter_sim.scenario_steps import patch_object
 from serverless_karpenter_sim.simulation import Schedule, Simulation
 
 from benchmarks import scale_scenarios as shapes
+from benchmarks.host import host_loop_seconds
 from benchmarks.scale_meter import Meter, dynamodb_counted
 
 SCENARIOS = ("burst", "spread", "emptiness", "consolidation", "drift", "hold")
@@ -194,20 +194,17 @@ def _one(args: argparse.Namespace, name: str) -> dict[str, Any]:
     return result
 
 
-def loop_seconds() -> float:
-    """The host's speed, as every benchmark here states it."""
-    started = time.time()
-    sum(i * i for i in range(10**7))
-    return round(time.time() - started, 3)
-
-
 def _run(args: argparse.Namespace) -> int:
     names = args.scenario or list(SCENARIOS)
     if args.in_process and len(names) != 1:
         raise SystemExit("--in-process runs exactly one --scenario")
-    before = loop_seconds()
+    before = host_loop_seconds()
     scenarios = [_one(args, n) for n in names]
-    result = {"loop_seconds_before": before, "scenarios": scenarios, "loop_seconds_after": loop_seconds()}
+    result = {
+        "loop_seconds_before": before,
+        "scenarios": scenarios,
+        "loop_seconds_after": host_loop_seconds(),
+    }
     if args.json:
         print(json.dumps(result))
     else:
