@@ -18,7 +18,7 @@ from serverless_karpenter_sim.simulation import Schedule, Simulation
 
 from tests.builders import nodeclass, nodepool
 from tests.integration.disruption_helpers import running, scenario
-from tests.integration.simulate import write_scenario
+from tests.integration.simulate import run_claimed_instance, write_scenario
 from tests.integration.test_adoption import LAUNCH_OR_TERMINATE, _count_ec2_calls
 
 pytestmark = pytest.mark.integration
@@ -84,19 +84,7 @@ def test_a_users_nodeclaim_is_launched_and_a_leftover_is_garbage_collected(tmp_p
         resources = sim.resources
         assert resources is not None
         # An instance Karpenter launched and something terminated since: its claim is a leftover.
-        tags = [
-            {"Key": f"kubernetes.io/cluster/{sim.cluster_name}", "Value": "owned"},
-            {"Key": wk.NODEPOOL, "Value": "default"},
-            {"Key": wk.NODECLAIM, "Value": "default-gone1"},
-        ]
-        gone = sim.ec2.run_instances(
-            ImageId=resources.amis["amd64"],
-            InstanceType="m5.large",
-            MinCount=1,
-            MaxCount=1,
-            SubnetId=resources.subnet_ids[0],
-            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
-        )["Instances"][0]
+        gone = run_claimed_instance(sim, "default-gone1")
         sim.ec2.terminate_instances(InstanceIds=[gone["InstanceId"]])
         custom = sim.kube.custom
         for manifest in (_claim("default-gone1"), _claim("default-users")):

@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter_sim.scenario import load_scenario
 from serverless_karpenter_sim.simulation import Schedule, Simulation
 
 from tests.builders import deployment, nodeclass, nodepool
-from tests.integration.simulate import write_scenario
+from tests.integration.simulate import run_claimed_instance, write_scenario
 
 pytestmark = pytest.mark.integration
 
@@ -39,20 +38,8 @@ def test_instance_without_a_nodeclaim_is_terminated_after_the_grace(tmp_path: Pa
         sim.start()
         resources = sim.resources
         assert resources is not None
-        tags = [
-            {"Key": f"kubernetes.io/cluster/{sim.cluster_name}", "Value": "owned"},
-            {"Key": wk.NODECLAIM, "Value": "default-leaked"},
-            {"Key": wk.NODEPOOL, "Value": "default"},
-        ]
         # What a provisioner that died between CreateFleet and its record would leave behind.
-        leaked = sim.ec2.run_instances(
-            ImageId=resources.amis["amd64"],
-            InstanceType="m5.large",
-            MinCount=1,
-            MaxCount=1,
-            SubnetId=resources.subnet_ids[0],
-            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
-        )["Instances"][0]["InstanceId"]
+        leaked = run_claimed_instance(sim, "default-leaked")["InstanceId"]
         # Somebody else's instance in the account is never ours to collect.
         foreign = sim.ec2.run_instances(ImageId=resources.amis["amd64"], MinCount=1, MaxCount=1)["Instances"][
             0

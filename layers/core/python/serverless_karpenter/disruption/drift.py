@@ -28,24 +28,20 @@ def record_drift(
 ) -> str | None:
     """ "Reason: detail" of the record's drift, or None. ``annotations`` are the record's, with its node's
     over them (the node's hashes win)."""
-    # As Karpenter: a hash of another computation (another version: Karpenter's own, on a node it launched)
-    # says nothing about drift. A record from before versions were written counts as ours.
-    pool_hash = annotations.get(wk.NODEPOOL_HASH)
-    pool_version = annotations.get(wk.NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION)
-    if (
-        nodepool is not None
-        and pool_hash
-        and pool_version == NODEPOOL_HASH_VERSION
-        and pool_hash != nodepool.template_hash()
+    if nodepool is not None and _hash_moved(
+        annotations,
+        wk.NODEPOOL_HASH,
+        wk.NODEPOOL_HASH_VERSION,
+        NODEPOOL_HASH_VERSION,
+        nodepool.template_hash(),
     ):
         return "NodePoolDrifted: the NodePool template changed"
-    class_hash = annotations.get(wk.EC2NODECLASS_HASH)
-    class_version = annotations.get(wk.EC2NODECLASS_HASH_VERSION, EC2NODECLASS_HASH_VERSION)
-    if (
-        nodeclass is not None
-        and class_hash
-        and class_version == EC2NODECLASS_HASH_VERSION
-        and class_hash != nodeclass.static_hash()
+    if nodeclass is not None and _hash_moved(
+        annotations,
+        wk.EC2NODECLASS_HASH,
+        wk.EC2NODECLASS_HASH_VERSION,
+        EC2NODECLASS_HASH_VERSION,
+        nodeclass.static_hash(),
     ):
         return "NodeClassDrifted: the EC2NodeClass changed"
     if resolved is not None and record.image_id and resolved.amis:
@@ -53,3 +49,11 @@ def record_drift(
         if record.image_id not in current:
             return f"AMIDrift: {record.image_id} is no longer a resolved AMI ({', '.join(sorted(current))})"
     return None
+
+
+def _hash_moved(annotations: Mapping[str, str], key: str, version_key: str, ours: str, current: str) -> bool:
+    """Whether the stamped hash differs from ``current``. As Karpenter: a hash of another computation
+    (another version: Karpenter's own, on a node it launched) says nothing about drift; a record from
+    before versions were written counts as ours."""
+    stamped = annotations.get(key)
+    return bool(stamped) and annotations.get(version_key, ours) == ours and stamped != current
