@@ -12,6 +12,7 @@ from functools import cache
 from typing import Any
 
 import boto3
+import botocore.loaders
 import botocore.session
 from botocore.config import Config
 from botocore.credentials import CredentialProvider, CredentialResolver, Credentials
@@ -54,13 +55,26 @@ def _session(region: str) -> boto3.session.Session:
     return new_session(region)
 
 
+@cache
+def _data_loader() -> botocore.loaders.Loader:
+    """One loader of botocore's service models for every session of the process: a session's own loader
+    would read and parse each service's JSON model again (an EC2 model is megabytes), which a process
+    that makes sessions afresh (the simulator, per simulation) pays each time. Loaders only read."""
+    return botocore.loaders.create_loader()
+
+
 def new_session(region: str) -> boto3.session.Session:
     """A new session, signing with the installed credentials (:func:`use_credentials`) if any."""
-    if _credentials is None:
-        return boto3.session.Session(region_name=region)
     core = botocore.session.get_session()
-    core.register_component("credential_provider", CredentialResolver([_GivenCredentials(_credentials)]))
-    return boto3.session.Session(region_name=region, botocore_session=core)
+    core.register_component("data_loader", _data_loader())
+    if _credentials is not None:
+        core.register_component("credential_provider", CredentialResolver([_GivenCredentials(_credentials)]))
+    session = boto3.session.Session(region_name=region, botocore_session=core)
+    # boto3 appends its resource models' folder to the loader's search path for each session it makes:
+    # on the shared loader, keep it once.
+    paths = _data_loader().search_paths
+    paths[:] = list(dict.fromkeys(paths))
+    return session
 
 
 def shared_session(region: str) -> boto3.session.Session:

@@ -104,6 +104,10 @@ class NodePoolTemplate:
     _groups: tuple[list[DaemonGroup], list[int], dict[str, int]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    # What every Scheduler over this template derives from it alone (its type views, the types each
+    # requirement set allows, the price rankings): disruption simulates dozens of candidates a pass over
+    # the same templates, and rebuilding these for each was most of a simulation's cost.
+    _prepared: _PoolPrepared | None = field(default=None, init=False, repr=False, compare=False)
 
     def daemon_groups(self) -> tuple[list[DaemonGroup], list[int]]:
         """The distinct DaemonSet groups of this NodePool's nodes, and each instance type's (by position
@@ -430,12 +434,14 @@ def _split(requests: Mapping[str, int]) -> tuple[int, int, int, dict[str, int]]:
     )
 
 
-class _Pool:
-    """A NodePool template with its instance types precomputed, and compatible-type lists cached per
-    requirements (the same few requirement sets recur for thousands of pods)."""
+class _PoolPrepared:
+    """A template's type views with the compatible-type lists per requirement set and the price
+    rankings per zone and capacity-type requirement: pure functions of the template, so shared by every
+    Scheduler over it (the same few requirement sets recur for thousands of pods)."""
+
+    __slots__ = ("compatible", "one_overhead", "rankings", "views")
 
     def __init__(self, template: NodePoolTemplate) -> None:
-        self.template = template
         groups, of_type = template.daemon_groups()
         self.views = [
             _TypeView(it, groups[g]) for it, g in zip(template.instance_types, of_type, strict=True)
@@ -444,16 +450,54 @@ class _Pool:
         self.one_overhead: resources.ResourceList | None = (
             dict(groups[0].overhead) if len(groups) == 1 else {} if not groups else None
         )
-        self._compatible: dict[Requirements, tuple[list[_TypeView], frozenset[int]]] = {}
+        self.compatible: dict[Requirements, tuple[list[_TypeView], frozenset[int]]] = {}
+        self.rankings: dict[tuple[Requirement, Requirement], list[_TypeView]] = {}
+
+
+class _Pool:
+    """A NodePool template with its instance types precomputed (once per template: ``_PoolPrepared``)."""
+
+    def __init__(self, template: NodePoolTemplate) -> None:
+        self.template = template
+        prepared = template._prepared
+        if prepared is None:
+            prepared = template._prepared = _PoolPrepared(template)
+        self.views = prepared.views
+        self.one_overhead = prepared.one_overhead
+        self._prepared = prepared
 
     def compatible(self, requirements: Requirements) -> tuple[list[_TypeView], frozenset[int]]:
-        found = self._compatible.get(requirements)
+        cache = self._prepared.compatible
+        found = cache.get(requirements)
         if found is None:
             views = [v for v in self.views if instance_type_mismatch(requirements, v.it) is None]
             found = (views, frozenset(id(v) for v in views))
-            if len(self._compatible) > 4096:
-                self._compatible.clear()
-            self._compatible[requirements] = found
+            if len(cache) > 4096:
+                cache.clear()
+            cache[requirements] = found
+        return found
+
+    def ranking(self, zone: Requirement, capacity_type: Requirement) -> list[_TypeView]:
+        """The pool's types with an available offering in ``zone`` and ``capacity_type``, cheapest
+        first (ties by name): what a claim's launch options are cut from."""
+        rankings = self._prepared.rankings
+        key = (zone, capacity_type)
+        found = rankings.get(key)
+        if found is None:
+            priced = []
+            for view in self.views:
+                prices = [
+                    o.price
+                    for o in view.it.offerings
+                    if o.available and zone.has(o.zone) and capacity_type.has(o.capacity_type)
+                ]
+                if prices:
+                    priced.append((min(prices), view.it.name, view))
+            priced.sort(key=lambda p: (p[0], p[1]))
+            found = [view for _, _, view in priced]
+            if len(rankings) > 4096:
+                rankings.clear()
+            rankings[key] = found
         return found
 
 
@@ -713,11 +757,10 @@ class Scheduler:
                 # narrowed gives back the ones it can no longer launch into).
                 last_failure[id(state)] = placed
                 queue.append(state)
-        rankings: dict[tuple[int, Requirement, Requirement], list[_TypeView]] = {}
         for entry in self._claims:
             if entry.reserved:
                 entry.claim.requirements = reserved_requirements(entry.claim.requirements, entry.reserved)
-            entry.claim.instance_types = self._launch_options(entry, rankings)
+            entry.claim.instance_types = self._launch_options(entry)
             entry.claim.daemon_overhead = _least_overhead(entry.views, entry.pool)
         return SchedulingResult(
             new_nodeclaims=self._new,
@@ -727,27 +770,11 @@ class Scheduler:
             states=placed_states,
         )
 
-    def _launch_options(
-        self, entry: _Claim, rankings: dict[tuple[int, Requirement, Requirement], list[_TypeView]]
-    ) -> list[InstanceTypeLike]:
+    def _launch_options(self, entry: _Claim) -> list[InstanceTypeLike]:
         """``order_instance_types`` for one claim, from its pool's types ranked once per zone and
         capacity-type requirement (claims mostly share them)."""
         requirements = entry.claim.requirements
-        zone, capacity_type = requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE)
-        key = (id(entry.pool), zone, capacity_type)
-        ranking = rankings.get(key)
-        if ranking is None:
-            priced = []
-            for view in entry.pool.views:
-                prices = [
-                    o.price
-                    for o in view.it.offerings
-                    if o.available and zone.has(o.zone) and capacity_type.has(o.capacity_type)
-                ]
-                if prices:
-                    priced.append((min(prices), view.it.name, view))
-            priced.sort(key=lambda p: (p[0], p[1]))
-            ranking = rankings[key] = [view for _, _, view in priced]
+        ranking = entry.pool.ranking(requirements.get(wk.ZONE), requirements.get(wk.CAPACITY_TYPE))
         members = {id(v) for v in entry.views}
         if not requirements.has_min_values():
             # Karpenter's exotic filter, then its truncation to the cheapest types CreateFleet takes.
