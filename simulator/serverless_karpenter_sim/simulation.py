@@ -253,6 +253,7 @@ class Simulation:
         aws.use_credentials(None)
         self.kube_server.stop()
         self.cloud.stop()
+        self.lambdas.unload()
 
     # -- Kubernetes objects --------------------------------------------------------------------------
 
