@@ -15,13 +15,14 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from serverless_karpenter.adapters.persisted import PersistedBlobs
+from serverless_karpenter.cache import INSTANCE_TYPES_TTL, PERSISTED_CATALOG_MAX_AGE
 from serverless_karpenter.catalog.live import CatalogFacts
 from serverless_karpenter.catalog.snapshot import BUNDLED_REGIONS, CatalogSnapshot, bundled_snapshot
 from serverless_karpenter.clock import Clock
 from serverless_karpenter.observability import logger
 
-CACHE_TTL = timedelta(minutes=5)
-PERSISTED_MAX_AGE = timedelta(hours=6)
+CACHE_TTL = INSTANCE_TYPES_TTL
+PERSISTED_MAX_AGE = PERSISTED_CATALOG_MAX_AGE
 
 
 def catalog_sort_key(region: str) -> str:
