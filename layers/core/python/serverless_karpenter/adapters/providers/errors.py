@@ -143,26 +143,30 @@ def _translating_call(operation: str, unanswered: bool) -> Iterator[None]:
 
 
 class TranslatedClient:
-    """A boto3 client whose calls (and paginators) raise :class:`CloudError`, and :class:`EndpointUnanswered`
-    for an endpoint that gave no readable answer: for code that calls many services directly (the
-    doctor), where a provider per call would be ceremony."""
+    """A boto3 client whose calls (and paginators) raise :class:`CloudError`, and with ``unanswered``
+    :class:`EndpointUnanswered` for an endpoint that gave no readable answer: for adapters whose every call
+    is one SDK call (the state store) or that call many services directly (the doctor), where a provider
+    per call would be ceremony."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, unanswered: bool) -> None:
         self._client = client
+        self._unanswered = unanswered
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._client, name)
         if name == "get_paginator":
-            return lambda operation: _Paginator(attribute(operation), operation, True)
+            return lambda operation: _Paginator(attribute(operation), operation, self._unanswered)
         if not callable(attribute):
             return attribute
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            with _translating_call(name, True):
+            with _translating_call(name, self._unanswered):
                 return attribute(*args, **kwargs)
 
         return call
 
 
-def translated(client: Any) -> TranslatedClient:
-    return client if isinstance(client, TranslatedClient) else TranslatedClient(client)
+def translated(client: Any, *, unanswered: bool = True) -> TranslatedClient:
+    """``client`` translating its errors; ``unanswered=False`` leaves botocore's transport errors as they
+    are (for callers whose retry or fallback handles them)."""
+    return client if isinstance(client, TranslatedClient) else TranslatedClient(client, unanswered)
