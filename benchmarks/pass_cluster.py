@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from serverless_karpenter.adapters.ec2 import Instance
+from serverless_karpenter.adapters.providers.model import Instance
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
 from serverless_karpenter.api.nodepool import NodePool

@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from serverless_karpenter.adapters.ec2 import ResolvedNodeClass, Subnet
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass, Subnet
 from serverless_karpenter.api.ec2nodeclass import spec_ami_family
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.labels import CAPACITY_TYPE, INSTANCE_TYPE, ZONE

@@ -13,9 +13,9 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 from serverless_karpenter import state_schema as schema
 from serverless_karpenter.adapters.catalog_source import LiveCatalogSource, catalog_sort_key
-from serverless_karpenter.adapters.ec2 import ResolvedNodeClass, Subnet
 from serverless_karpenter.adapters.persisted import PersistedBlobs
 from serverless_karpenter.adapters.pricing import PriceSource
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass, Subnet
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog.live import CatalogFacts
 from serverless_karpenter.clock import ManualClock

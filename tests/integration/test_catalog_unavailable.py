@@ -20,10 +20,10 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 from serverless_karpenter import amifamily
 from serverless_karpenter import state_schema as schema
-from serverless_karpenter.adapters.ec2 import (
+from serverless_karpenter.adapters.providers.fleet import FleetLauncher
+from serverless_karpenter.adapters.providers.model import (
     SPOT_SERVICE_LINKED_ROLE_ERROR,
     FleetError,
-    FleetLauncher,
     Instance,
     LaunchError,
     LaunchRequest,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from serverless_karpenter.adapters.ec2 import RESOLVE_TTL
+from serverless_karpenter.cache import RESOLUTION_TTL as RESOLVE_TTL
 from serverless_karpenter_sim.simulation import Simulation
 
 from tests.builders import deployment, nodeclass, nodepool

@@ -16,7 +16,8 @@ import pytest
 import yaml
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from serverless_karpenter import amifamily
-from serverless_karpenter.adapters.ec2 import LAUNCH_TEMPLATE_CLUSTER_TAG, LaunchRequest
+from serverless_karpenter.adapters.providers.instanceprofile import LAUNCH_TEMPLATE_CLUSTER_TAG
+from serverless_karpenter.adapters.providers.model import LaunchRequest
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.launch import launch_record, launch_request
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState

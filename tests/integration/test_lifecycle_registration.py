@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client as k8s
 from serverless_karpenter import amifamily
 from serverless_karpenter.adapters import kubernetes as gateway_module
-from serverless_karpenter.adapters.ec2 import RESOLVE_TTL
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.cache import RESOLUTION_TTL as RESOLVE_TTL
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 from serverless_karpenter.lifecycle.reconciler import LifecycleReconciler
 from serverless_karpenter_sim.cloud import ZONES

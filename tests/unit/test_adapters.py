@@ -14,8 +14,8 @@ import pytest
 import yaml
 from moto import mock_aws
 from serverless_karpenter import amifamily, state_schema
-from serverless_karpenter.adapters.ec2 import NodeClassResolver
 from serverless_karpenter.adapters.eks_token import TOKEN_PREFIX, TokenSource, decode_token, presigned_token
+from serverless_karpenter.adapters.providers.nodeclass import NodeClassResolver
 from serverless_karpenter.adapters.state_store import ConflictError, Lease, NodeClaimStore
 from serverless_karpenter.clock import ManualClock
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState

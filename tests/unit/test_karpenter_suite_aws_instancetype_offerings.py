@@ -10,14 +10,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from serverless_karpenter.adapters.ec2 import (
-    Image,
-    NodeClassResolver,
-    ResolvedNodeClass,
-    SecurityGroup,
-    Subnet,
-    _block_device,
-)
+from serverless_karpenter.adapters.providers.launchtemplate import _block_device
+from serverless_karpenter.adapters.providers.model import Image, ResolvedNodeClass, SecurityGroup, Subnet
+from serverless_karpenter.adapters.providers.nodeclass import NodeClassResolver
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.manifests import parse_manifest

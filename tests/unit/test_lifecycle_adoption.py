@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from serverless_karpenter.adapters.ec2 import Instance
+from serverless_karpenter.adapters.providers.model import Instance
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.nodeclaim import NodeClaim
 from serverless_karpenter.api.nodepool import NODEPOOL_HASH_VERSION, NodePool

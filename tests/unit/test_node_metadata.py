@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from serverless_karpenter.adapters.ec2 import ResolvedNodeClass, Subnet
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass, Subnet
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.lifecycle.node_metadata import initialized_patch

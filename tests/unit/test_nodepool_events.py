@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog import Offering
 from serverless_karpenter.provisioning.provisioner import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from serverless_karpenter.adapters.ec2 import ResolvedNodeClass, Subnet
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass, Subnet
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog.offerings import Offering
 from serverless_karpenter.catalog.overlays import Overlays

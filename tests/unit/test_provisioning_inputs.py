@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from serverless_karpenter.adapters.ec2 import NodeClassResolver, ResolvedNodeClass
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
+from serverless_karpenter.adapters.providers.nodeclass import NodeClassResolver
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState

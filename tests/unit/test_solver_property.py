@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any
 
 import pytest
-from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.catalog import load_bundled_catalog
 from serverless_karpenter.provisioning.provisioner import build_templates

@@ -155,17 +155,15 @@ class _UntracedProvider(BaseProvider):
         return None
 
 
-# What the control plane calls through: AWS APIs (botocore) and the Kubernetes API (the kubernetes client's
-# urllib3 sits on http.client, which X-Ray's "httplib" patch covers). Powertools' default, patch_all,
-# imports every library X-Ray can patch that is installed (requests, sqlite3, httpx...) to patch it.
-TRACED_MODULES = ("botocore", "httplib")
-
-
 def _make_tracer() -> Tracer:
     # Powertools' own rule decides (POWERTOOLS_TRACE_DISABLED, or outside Lambda, or under SAM local): the
     # X-Ray SDK is imported, and its modules patched, only when the function will trace.
     if Tracer._is_tracer_disabled():
         return Tracer(service=SERVICE, disabled=True, provider=_UntracedProvider())
+    # The adapters name the libraries they call through (only they know the AWS SDK); imported here only
+    # when tracing, so a disabled tracer costs no import.
+    from serverless_karpenter.adapters.aws import TRACED_MODULES
+
     return Tracer(service=SERVICE, patch_modules=TRACED_MODULES)
 
 

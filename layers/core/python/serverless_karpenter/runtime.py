@@ -20,11 +20,13 @@ from kubernetes import client as k8s
 from serverless_karpenter import amifamily
 from serverless_karpenter.adapters import aws
 from serverless_karpenter.adapters.catalog_source import LiveCatalogSource
-from serverless_karpenter.adapters.ec2 import FleetLauncher, NodeClassResolver, ResolvedNodeClass
 from serverless_karpenter.adapters.eks_token import TokenSource
 from serverless_karpenter.adapters.kubernetes import KubernetesGateway, configuration
 from serverless_karpenter.adapters.persisted import PersistedBlobs
 from serverless_karpenter.adapters.pricing import PriceSource
+from serverless_karpenter.adapters.providers.fleet import FleetLauncher
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
+from serverless_karpenter.adapters.providers.nodeclass import NodeClassResolver
 from serverless_karpenter.adapters.state_store import NodeClaimStore
 from serverless_karpenter.adapters.unavailable_offerings import DynamoDBUnavailableOfferings
 from serverless_karpenter.catalog import (

@@ -24,6 +24,12 @@ RETRY_CONFIG = Config(
     user_agent_extra="serverless-karpenter",
 )
 
+# What the control plane calls through, for X-Ray to patch when tracing is on: AWS APIs (botocore) and the
+# Kubernetes API (the kubernetes client's urllib3 sits on http.client, which X-Ray's "httplib" patch covers).
+# Powertools' default, patch_all, imports every library X-Ray can patch that is installed (requests,
+# sqlite3, httpx...) to patch it.
+TRACED_MODULES = ("botocore", "httplib")
+
 # For calls that have a fallback, so that waiting on them would only delay the caller: the Pricing API
 # (persisted and bundled prices). It has no VPC endpoint in most regions, so from a VPC without NAT it
 # cannot even connect: the same adaptive policy, bounded to one retry and short timeouts, fails in

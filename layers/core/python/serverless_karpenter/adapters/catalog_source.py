@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from serverless_karpenter.adapters.persisted import PersistedBlobs
+from serverless_karpenter.cache import INSTANCE_TYPES_TTL, PERSISTED_CATALOG_MAX_AGE
 from serverless_karpenter.catalog.live import CatalogFacts
 from serverless_karpenter.catalog.snapshot import BUNDLED_REGIONS, CatalogSnapshot, bundled_snapshot
 from serverless_karpenter.clock import Clock
 from serverless_karpenter.observability import logger
 
-CACHE_TTL = timedelta(minutes=5)
-PERSISTED_MAX_AGE = timedelta(hours=6)
+if TYPE_CHECKING:  # the stubs are a development dependency only
+    from mypy_boto3_ec2 import EC2Client
+
+CACHE_TTL = INSTANCE_TYPES_TTL
+PERSISTED_MAX_AGE = PERSISTED_CATALOG_MAX_AGE
 
 
 def catalog_sort_key(region: str) -> str:
@@ -31,7 +35,7 @@ def catalog_sort_key(region: str) -> str:
 class LiveCatalogSource:
     def __init__(
         self,
-        ec2: Any,
+        ec2: EC2Client,
         region: str,
         clock: Clock,
         *,
@@ -92,13 +96,14 @@ class LiveCatalogSource:
         try:
             self.describe_calls += 1
             types: list[dict[str, Any]] = []
-            for page in self._ec2.get_paginator("describe_instance_types").paginate():
-                types.extend(page.get("InstanceTypes") or ())
+            # The domain reads the API's shape as plain dicts (the bundled snapshot has the same shape).
+            for types_page in self._ec2.get_paginator("describe_instance_types").paginate():
+                types.extend(dict(t) for t in types_page.get("InstanceTypes") or ())
             offerings: list[dict[str, Any]] = []
-            for page in self._ec2.get_paginator("describe_instance_type_offerings").paginate(
+            for offerings_page in self._ec2.get_paginator("describe_instance_type_offerings").paginate(
                 LocationType="availability-zone"
             ):
-                offerings.extend(page.get("InstanceTypeOfferings") or ())
+                offerings.extend(dict(o) for o in offerings_page.get("InstanceTypeOfferings") or ())
             zones = self._ec2.describe_availability_zones().get("AvailabilityZones") or []
         except (ClientError, BotoCoreError) as error:
             logger.warning("cannot describe instance types", extra={"error": str(error)})

@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import (
     KARPENTER_AWS_GROUP,
     KubernetesError,
     KubernetesGateway,
     call,
 )
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
 from serverless_karpenter.api import conditions
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.observability import logger

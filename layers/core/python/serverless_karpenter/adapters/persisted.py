@@ -9,18 +9,21 @@ failure is logged and the caller fetches from AWS as if nothing had been stored.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from serverless_karpenter import state_schema as schema
 from serverless_karpenter.observability import logger
 
+if TYPE_CHECKING:  # the stubs are a development dependency only
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 BLOB_ATTRIBUTE = "facts"
 
 
 class PersistedBlobs:
-    def __init__(self, dynamodb: Any, table_name: str) -> None:
+    def __init__(self, dynamodb: DynamoDBClient, table_name: str) -> None:
         self._ddb = dynamodb
         self._table = table_name
 

@@ -29,16 +29,15 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
 
 from serverless_karpenter.adapters.persisted import PersistedBlobs
+from serverless_karpenter.cache import PRICES_RETRY, PRICES_TTL, PRICES_UNREACHABLE_RETRY
 from serverless_karpenter.catalog.prices import bundled_on_demand_prices, latest_spot_prices
 from serverless_karpenter.clock import Clock, parse_rfc3339, to_rfc3339
 from serverless_karpenter.observability import logger
 
-REFRESH_INTERVAL = timedelta(hours=12)
-# After a failed refresh, try again sooner than the full interval.
-RETRY_INTERVAL = timedelta(minutes=5)
-# After a failure to connect at all (a VPC without NAT: no route to the Pricing API), much later: every try
-# costs the provisioner the connect timeouts, and the network will not change by itself.
-UNREACHABLE_RETRY_INTERVAL = timedelta(hours=1)
+# The intervals are the cache module's (why each is what it is is said there).
+REFRESH_INTERVAL = PRICES_TTL
+RETRY_INTERVAL = PRICES_RETRY
+UNREACHABLE_RETRY_INTERVAL = PRICES_UNREACHABLE_RETRY
 SPOT_PRODUCTS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
 
 

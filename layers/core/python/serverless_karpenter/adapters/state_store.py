@@ -14,6 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from serverless_karpenter import state_schema as schema
+from serverless_karpenter.adapters.providers.errors import translated
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 
 
@@ -27,7 +28,8 @@ def _is_conditional_failure(error: ClientError) -> bool:
 
 class NodeClaimStore:
     def __init__(self, dynamodb: Any, table_name: str) -> None:
-        self._ddb = dynamodb
+        # Refusals and failures leave as CloudError (what the lifecycle catches), never botocore's own.
+        self._ddb = translated(dynamodb, unanswered=False)
         self._table = table_name
 
     def create(self, record: NodeClaimRecord) -> NodeClaimRecord:
@@ -174,7 +176,7 @@ class Lease:
     """
 
     def __init__(self, dynamodb: Any, table_name: str, name: str, holder: str) -> None:
-        self._ddb = dynamodb
+        self._ddb = translated(dynamodb, unanswered=False)
         self._table = table_name
         self._name = name
         self.holder = holder

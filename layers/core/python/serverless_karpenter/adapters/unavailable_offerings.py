@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from serverless_karpenter import state_schema as schema
+from serverless_karpenter.cache import UNAVAILABLE_OFFERINGS_REFRESH
 from serverless_karpenter.catalog.unavailable import DEFAULT_UNAVAILABLE_TTL_SECONDS
 from serverless_karpenter.clock import Clock
 from serverless_karpenter.observability import logger
 
+if TYPE_CHECKING:  # the stubs are a development dependency only
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 ANY = "*"
-DEFAULT_REFRESH_SECONDS = 10.0
+DEFAULT_REFRESH_SECONDS = UNAVAILABLE_OFFERINGS_REFRESH.total_seconds()
 # TTL attributes are whole epoch seconds (rounded up); readers use the exact expiry kept beside it.
 PRECISE_EXPIRY = "expires_at_precise"
 
@@ -36,7 +40,7 @@ def sort_key(capacity_type: str, instance_type: str, zone: str) -> str:
 class DynamoDBUnavailableOfferings:
     def __init__(
         self,
-        dynamodb: Any,
+        dynamodb: DynamoDBClient,
         table_name: str,
         clock: Clock,
         *,
@@ -58,30 +62,26 @@ class DynamoDBUnavailableOfferings:
         """Reload the view with one (paginated) Query of the partition."""
         now = self._clock.now()
         view: dict[str, datetime] = {}
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "#pk = :pk",
-            "ExpressionAttributeNames": {"#pk": schema.PARTITION_KEY},
-            "ExpressionAttributeValues": {":pk": {"S": schema.UNAVAILABLE_OFFERING_PARTITION}},
-        }
-        while True:
-            try:
-                page = self._ddb.query(**kwargs)
-            except (ClientError, BotoCoreError) as error:
-                # Keep the last view and try again at the next read: a throttled cache must not stop
-                # provisioning, and CreateFleet reports any capacity error again anyway.
-                logger.warning("cannot read unavailable offerings", extra={"error": str(error)})
-                with self._lock:
-                    self._loaded_at = now
-                return
-            for item in page.get("Items", []):
-                stamp = item.get(PRECISE_EXPIRY) or item[schema.TTL_ATTRIBUTE]
-                expiry = datetime.fromtimestamp(float(stamp["N"]), tz=now.tzinfo)
-                if expiry > now:
-                    view[item[schema.SORT_KEY]["S"]] = expiry
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        pages = self._ddb.get_paginator("query").paginate(
+            TableName=self._table,
+            KeyConditionExpression="#pk = :pk",
+            ExpressionAttributeNames={"#pk": schema.PARTITION_KEY},
+            ExpressionAttributeValues={":pk": {"S": schema.UNAVAILABLE_OFFERING_PARTITION}},
+        )
+        try:
+            for page in pages:
+                for item in page.get("Items", []):
+                    stamp = item.get(PRECISE_EXPIRY) or item[schema.TTL_ATTRIBUTE]
+                    expiry = datetime.fromtimestamp(float(stamp["N"]), tz=now.tzinfo)
+                    if expiry > now:
+                        view[item[schema.SORT_KEY]["S"]] = expiry
+        except (ClientError, BotoCoreError) as error:
+            # Keep the last view (a partial read is no view) and try again at the next read: a throttled
+            # cache must not stop provisioning, and CreateFleet reports any capacity error again anyway.
+            logger.warning("cannot read unavailable offerings", extra={"error": str(error)})
+            with self._lock:
+                self._loaded_at = now
+            return
         with self._lock:
             self.queries += 1
             # Marks made here stay in the view even if writing them to the table failed.

@@ -1,6 +1,6 @@
 """The facts we use from one EC2 ``DescribeInstanceTypes`` item, read once into plain fields.
 
-The input is the boto3 response shape (``{"InstanceType": ..., "VCpuInfo": {...}, ...}``); the bundled
+The input is the EC2 API's response shape (``{"InstanceType": ..., "VCpuInfo": {...}, ...}``); the bundled
 snapshot stores items in that same shape, trimmed to the keys read here, so real and offline data take
 one path.
 """
@@ -99,7 +99,7 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 def parse_instance_type_info(item: Mapping[str, Any]) -> InstanceTypeInfo:
-    """Read one ``DescribeInstanceTypes`` item (boto3 shape)."""
+    """Read one ``DescribeInstanceTypes`` item (the EC2 API's shape)."""
     processor = item.get("ProcessorInfo") or {}
     network = item.get("NetworkInfo") or {}
     ebs = item.get("EbsInfo") or {}

@@ -11,9 +11,10 @@ import threading
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from serverless_karpenter.cache import UNAVAILABLE_OFFERINGS_TTL
 from serverless_karpenter.clock import Clock
 
-DEFAULT_UNAVAILABLE_TTL_SECONDS = 180.0
+DEFAULT_UNAVAILABLE_TTL_SECONDS = UNAVAILABLE_OFFERINGS_TTL.total_seconds()
 
 _ANY = "*"
 

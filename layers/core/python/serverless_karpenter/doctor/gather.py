@@ -10,12 +10,11 @@ from typing import Any
 from urllib.parse import unquote
 
 import yaml
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
 
 from serverless_karpenter import naming
-from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
 from serverless_karpenter.adapters.operator_reads import read_config_map
+from serverless_karpenter.adapters.providers.errors import CloudError, EndpointUnanswered, translated
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
 from serverless_karpenter.api import labels
 from serverless_karpenter.doctor import karpenter
 from serverless_karpenter.doctor.checks import (
@@ -178,27 +177,19 @@ def simulation_requests(
     return [(resource, dict(context), actions) for (resource, context), actions in grouped.items()]
 
 
-def _code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
-
-
 def not_implemented(error: Exception) -> str | None:
     """Why an API is unavailable on this endpoint (moto lacks some), or None for a real error."""
-    if isinstance(error, ClientError):
-        code = _code(error)
-        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if code in ("NotImplemented", "InternalFailure", "404", "501") or status in (404, 501):
-            return f"{error.operation_name} is not implemented by this endpoint"
-        return None
-    if isinstance(error, BotoCoreError | ResponseParserError):  # an emulator's HTML 500: unparseable
-        return f"the endpoint could not answer ({type(error).__name__})"
+    if isinstance(error, CloudError):
+        return f"{error.operation} is not implemented by this endpoint" if error.not_implemented else None
+    if isinstance(error, EndpointUnanswered):  # an emulator's HTML 500: unparseable
+        return f"the endpoint could not answer ({error.kind})"
     return None
 
 
 def _access_denied(error: Exception) -> str | None:
     """Why the caller may not make the call, or None for another error."""
-    if isinstance(error, ClientError) and _code(error) in ("AccessDenied", "AccessDeniedException"):
-        return f"the caller may not call {error.operation_name} ({_code(error)})"
+    if isinstance(error, CloudError) and error.code in ("AccessDenied", "AccessDeniedException"):
+        return f"the caller may not call {error.operation} ({error.code})"
     return None
 
 
@@ -250,13 +241,17 @@ class Gatherer:
         self.region = region
         self._clients = clients
         self.plane = plane
-        self._probe = probe_clients or clients
+        self._probe_clients = probe_clients or clients
         self._cache: dict[str, Any] = {}
 
+    # The clients' refusals arrive as CloudError, an endpoint's non-answer as EndpointUnanswered.
     def client(self, service: str) -> Any:
         if service not in self._cache:
-            self._cache[service] = self._clients(service)
+            self._cache[service] = translated(self._clients(service))
         return self._cache[service]
+
+    def _probe(self, service: str) -> Any:
+        return translated(self._probe_clients(service))
 
     def gather(self) -> Facts:
         account = str(self.client("sts").get_caller_identity()["Account"])
@@ -307,8 +302,8 @@ class Gatherer:
         """DescribeCluster's answer, or None when there is no such cluster."""
         try:
             return dict(self._probe("eks").describe_cluster(name=self.cluster)["cluster"])
-        except ClientError as error:
-            if _code(error) == "ResourceNotFoundException":
+        except CloudError as error:
+            if error.code == "ResourceNotFoundException":
                 return None
             raise
 
@@ -318,8 +313,8 @@ class Gatherer:
         name = naming.stack_name(self.cluster)
         try:
             described = self.client("cloudformation").describe_stacks(StackName=name)["Stacks"][0]
-        except ClientError as error:
-            if _code(error) == "ValidationError":  # CloudFormation's "Stack ... does not exist"
+        except CloudError as error:
+            if error.code == "ValidationError":  # CloudFormation's "Stack ... does not exist"
                 return StackFacts(name=name, status=None, cluster_exists=cluster_exists)
             raise
         outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs") or []}
@@ -353,8 +348,8 @@ class Gatherer:
     def _exists(call: Callable[[], Any], missing_code: str) -> bool:
         try:
             call()
-        except ClientError as error:
-            if _code(error) == missing_code:
+        except CloudError as error:
+            if error.code == missing_code:
                 return False
             raise
         return True
@@ -367,8 +362,8 @@ class Gatherer:
     def _queue_exists(self, url: str) -> bool:
         try:
             self.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
-        except ClientError as error:
-            if "NonExistentQueue" in _code(error) or _code(error) == "QueueDoesNotExist":
+        except CloudError as error:
+            if "NonExistentQueue" in error.code or error.code == "QueueDoesNotExist":
                 return False
             raise
         return True
@@ -400,8 +395,8 @@ class Gatherer:
         lambda_ = self.client("lambda")
         try:
             configuration = lambda_.get_function_configuration(FunctionName=function)
-        except ClientError as error:
-            if _code(error) == "ResourceNotFoundException":
+        except CloudError as error:
+            if error.code == "ResourceNotFoundException":
                 return None
             raise
         configured = ((configuration.get("Environment") or {}).get("Variables") or {}).get(QUEUE_SETTING)
@@ -444,8 +439,8 @@ class Gatherer:
         kms = self.client("kms")
         try:
             metadata = kms.describe_key(KeyId=key_id)["KeyMetadata"]
-        except ClientError as error:
-            if _code(error) in ("NotFoundException", "InvalidArnException"):
+        except CloudError as error:
+            if error.code in ("NotFoundException", "InvalidArnException"):
                 return KmsKeyFacts(key_id=key_id, exists=False)
             raise
         facts = KmsKeyFacts(
@@ -469,7 +464,7 @@ class Gatherer:
         image_error = None
         try:
             _, images = resolver.amis(spec.get("amiSelectorTerms") or [], spec.get("amiFamily"))
-        except (ClientError, ValueError) as error:
+        except (CloudError, ValueError) as error:
             images, image_error = {}, str(error)
         facts = NodeClassFacts(
             name=manifest["metadata"]["name"],
@@ -487,8 +482,8 @@ class Gatherer:
                 facts.instance_profile_roles = [
                     r["RoleName"] for r in profile["InstanceProfile"].get("Roles") or []
                 ]
-            except ClientError as error:
-                if _code(error) != "NoSuchEntity":
+            except CloudError as error:
+                if error.code != "NoSuchEntity":
                     raise
         keys = {
             str((m.get("ebs") or {}).get("kmsKeyID"))
@@ -534,8 +529,8 @@ class Gatherer:
                 continue
             try:
                 configuration = self.client("lambda").get_function_configuration(FunctionName=physical)
-            except ClientError as error:
-                if _code(error) == "ResourceNotFoundException":
+            except CloudError as error:
+                if error.code == "ResourceNotFoundException":
                     continue  # the stack check reports it
                 raise
             vpc = configuration.get("VpcConfig") or {}
@@ -677,7 +672,7 @@ class Gatherer:
                         "accessEntry"
                     ]
                     entries[arn] = str(entry.get("type", ""))
-        except (ClientError, BotoCoreError, ResponseParserError) as error:
+        except (CloudError, EndpointUnanswered) as error:
             why = not_implemented(error) or _access_denied(error)
             if why is None:
                 raise
@@ -702,8 +697,8 @@ class Gatherer:
                 roles[function] = self.client("lambda").get_function(FunctionName=physical)["Configuration"][
                     "Role"
                 ]
-            except ClientError as error:
-                if _code(error) != "ResourceNotFoundException":
+            except CloudError as error:
+                if error.code != "ResourceNotFoundException":
                     raise
         return roles
 
@@ -738,7 +733,7 @@ class Gatherer:
                         if result.get("EvalDecision") != "allowed":
                             denied.append(str(result["EvalActionName"]))
                             missing_context.update(result.get("MissingContextValues") or [])
-            except (ClientError, BotoCoreError, ResponseParserError) as error:
+            except (CloudError, EndpointUnanswered) as error:
                 why = not_implemented(error) or _access_denied(error)
                 if why is None:
                     raise

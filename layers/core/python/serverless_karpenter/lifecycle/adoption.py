@@ -33,10 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from serverless_karpenter.adapters.ec2 import Instance, ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesError
+from serverless_karpenter.adapters.providers.errors import CloudError
+from serverless_karpenter.adapters.providers.model import Instance, ResolvedNodeClass
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
@@ -103,7 +102,7 @@ class Adoption:
         for manifest in unrecorded:
             try:
                 self._one(manifest, instances, nodes, resolved, result)
-            except (ConflictError, KubernetesError, ClientError) as error:
+            except (ConflictError, KubernetesError, CloudError) as error:
                 # Another writer got there first, or a call failed: the next pass sees it afresh.
                 logger.warning(
                     "could not reconcile a nodeclaim with no record",

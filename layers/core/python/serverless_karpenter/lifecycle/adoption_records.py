@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from serverless_karpenter.adapters.ec2 import Instance
+from serverless_karpenter.adapters.providers.model import Instance
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.ec2nodeclass import EC2NODECLASS_HASH_VERSION, EC2NodeClass
 from serverless_karpenter.api.nodeclaim import (

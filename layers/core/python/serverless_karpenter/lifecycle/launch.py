@@ -14,22 +14,21 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from serverless_karpenter import amifamily, crashpoints, naming
-from serverless_karpenter.adapters.ec2 import (
+from serverless_karpenter.adapters.kubernetes import KubernetesError
+from serverless_karpenter.adapters.providers.errors import CloudError
+from serverless_karpenter.adapters.providers.model import (
     SPOT_SERVICE_LINKED_ROLE_ERROR,
     Instance,
     LaunchError,
     LaunchRequest,
     ResolvedNodeClass,
 )
-from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 from serverless_karpenter.lifecycle.nodeclaim_writer import NodeClaimObjects
-from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
+from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics, tracer
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.requirements import Requirements
@@ -218,6 +217,9 @@ def mark_launched(plane: ControlPlane, record: NodeClaimRecord, instance: Instan
 MAX_LAUNCH_ATTEMPTS = 4
 
 
+# A span per launch in the X-Ray trace (free when tracing is off: see observability). The response is the
+# record, not worth serializing into the trace.
+@tracer.capture_method(capture_response=False)
 def launch_record(
     plane: ControlPlane,
     record: NodeClaimRecord,
@@ -263,8 +265,8 @@ def launch_record(
                 extra={"nodeclaim": record.name, "error": str(launch_error)},
             )
             continue
-        except ClientError as client_error:
-            error = client_error
+        except CloudError as cloud_error:  # refused (UnauthorizedOperation...) or failed: not retried here
+            error = cloud_error
             break
         crashpoints.hit(crashpoints.AFTER_CREATE_FLEET)
         return mark_launched(plane, record, instance)

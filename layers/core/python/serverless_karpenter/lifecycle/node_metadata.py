@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import NodeClaimRecord
 

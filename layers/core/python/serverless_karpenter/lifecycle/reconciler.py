@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from serverless_karpenter.adapters import nodeclass_status
-from serverless_karpenter.adapters.ec2 import Instance, ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesError
+from serverless_karpenter.adapters.providers.errors import CloudError
+from serverless_karpenter.adapters.providers.model import Instance, ResolvedNodeClass
 from serverless_karpenter.adapters.state_store import ConflictError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
@@ -337,7 +336,7 @@ class LifecycleReconciler:
             error: str | None = None
             try:
                 resolved = plane.resolver.resolve(spec)
-            except (ValueError, ClientError) as failure:
+            except (ValueError, CloudError) as failure:
                 error = str(failure)
                 logger.warning("EC2NodeClass not ready", extra={"ec2nodeclass": name, "error": error})
             out[name] = resolved
@@ -380,7 +379,7 @@ class LifecycleReconciler:
                 in_use |= launch_templates_of(plane, record, nodeclass)
         try:
             deleted = plane.launcher.delete_unused_launch_templates(in_use, now - interval)
-        except ClientError as failure:
+        except CloudError as failure:
             logger.warning("failed deleting unused launch templates", extra={"error": str(failure)})
             return
         for name in deleted:

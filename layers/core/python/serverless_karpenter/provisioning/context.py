@@ -6,8 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from serverless_karpenter.adapters.ec2 import FleetLauncher, NodeClassResolver, ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesGateway
+from serverless_karpenter.adapters.providers.fleet import FleetLauncher
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
+from serverless_karpenter.adapters.providers.nodeclass import NodeClassResolver
 from serverless_karpenter.adapters.state_store import NodeClaimStore
 from serverless_karpenter.clock import Clock
 from serverless_karpenter.config import Settings

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from serverless_karpenter import crashpoints, solver
-from serverless_karpenter.adapters.ec2 import ResolvedNodeClass
 from serverless_karpenter.adapters.kubernetes import KubernetesError
+from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.ec2nodeclass import EC2NODECLASS_HASH_VERSION, EC2NodeClass
 from serverless_karpenter.api.errors import ManifestError
