@@ -158,6 +158,7 @@ def write_status(
             PLURAL,
             name,
             {"status": status},
+            timeout=kube.timeouts,
         )
     except KubernetesError as failure:
         logger.warning(
