@@ -116,6 +116,9 @@ class Instance:
     private_dns_name: str
     image_id: str | None
     launch_template: str | None = None  # known right after CreateFleet only
+    # Its network as EC2 reports it now (drift by subnet or security group).
+    subnet_id: str | None = None
+    security_group_ids: frozenset[str] = frozenset()
 
     @property
     def provider_id(self) -> str:
@@ -850,4 +853,6 @@ def _instance(raw: Mapping[str, Any]) -> Instance:
         tags=_tags(raw.get("Tags")),
         private_dns_name=raw.get("PrivateDnsName", ""),
         image_id=raw.get("ImageId"),
+        subnet_id=raw.get("SubnetId"),
+        security_group_ids=frozenset(g["GroupId"] for g in raw.get("SecurityGroups") or []),
     )

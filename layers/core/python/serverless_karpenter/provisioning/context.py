@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from serverless_karpenter.adapters.ec2 import FleetLauncher, NodeClassResolver, ResolvedNodeClass
+from serverless_karpenter.adapters.invoker import NoProvisionerInvoker
 from serverless_karpenter.adapters.kubernetes import KubernetesGateway
 from serverless_karpenter.adapters.state_store import NodeClaimStore
 from serverless_karpenter.clock import Clock
 from serverless_karpenter.config import Settings
 from serverless_karpenter.scheduling.scheduler import InstanceTypeLike
+
+
+class ProvisionerInvoker(Protocol):
+    """Asks the provisioner for a pass now, asynchronously (adapters/invoker.py: a Lambda invocation; the
+    simulator runs it in-process). The watcher, termination and disruption wake it this way."""
+
+    def invoke(self, payload: Mapping[str, object]) -> None: ...
 
 
 class InstanceTypeProvider(Protocol):
@@ -41,3 +49,5 @@ class ControlPlane:
     launcher: FleetLauncher
     resolver: NodeClassResolver
     instance_types: InstanceTypeProvider
+    # A plane built by hand (tests, tools) wakes nothing; runtime.build_control_plane gives the Lambda one.
+    provisioner: ProvisionerInvoker = field(default_factory=NoProvisionerInvoker)
