@@ -325,6 +325,17 @@ class KubernetesGateway:
     def list_ec2nodeclasses(self) -> list[JSON]:
         return self._list_cluster_custom(KARPENTER_AWS_GROUP, "v1", "ec2nodeclasses")
 
+    def patch_ec2nodeclass_status(self, name: str, status: Mapping[str, Any]) -> JSON:
+        """Merge-patch an EC2NodeClass's status through ``/status``."""
+        return self._call(
+            self.custom.patch_cluster_custom_object_status,
+            KARPENTER_AWS_GROUP,
+            "v1",
+            "ec2nodeclasses",
+            name,
+            {"status": dict(status)},
+        )
+
     def list_nodeoverlays(self) -> list[JSON]:
         try:
             return self._list_cluster_custom(KARPENTER_GROUP, "v1alpha1", "nodeoverlays")
