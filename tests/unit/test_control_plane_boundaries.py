@@ -19,13 +19,16 @@ from serverless_karpenter import amifamily
 from serverless_karpenter.adapters import aws
 from serverless_karpenter.adapters.ec2 import FleetLauncher, Instance
 from serverless_karpenter.adapters.invoker import LambdaProvisionerInvoker
+from serverless_karpenter.adapters.kubernetes import KubernetesGateway
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.clock import ManualClock
 from serverless_karpenter.config import Settings
 from serverless_karpenter.disruption.candidates import InstanceNetwork
 from serverless_karpenter.disruption.usecases import _instance_network, disruption_lease
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import tracer
 from serverless_karpenter.provisioning.usecases import provisioner_lease
+from serverless_karpenter.runtime import build_control_plane
 from serverless_karpenter_sim.lambdas import InProcessInvoker, load_handler
 
 from tests.unit.test_termination_drain import pod, world
@@ -303,3 +306,41 @@ def test_the_drain_pass_is_traced(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracer.provider, "in_subsegment", in_subsegment)
     world(pod("app")).terminator().reconcile()
     assert opened == ["## serverless_karpenter.termination.terminator.Terminator.reconcile"]
+
+
+# -- the runtime's wiring ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def moto_eks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setattr(aws, "_clients", {})  # clients made outside this mock would reach real AWS
+    with mock_aws():
+        eks = boto3.client("eks", region_name="us-east-1")
+        eks.create_cluster(
+            name="demo",
+            roleArn="arn:aws:iam::123456789012:role/eks",
+            resourcesVpcConfig={"subnetIds": []},
+        )
+        yield
+
+
+def test_the_runtime_gives_the_gateway_the_settings_timeouts_and_wakes_through_lambda(moto_eks: None) -> None:
+    settings = Settings(
+        cluster_name="demo",
+        provisioner_function_name="demo-provisioner",
+        kubernetes_connect_timeout_seconds=2,
+        kubernetes_read_timeout_seconds=7,
+    )
+    plane = build_control_plane(settings, ManualClock(NOW))
+    assert cast(KubernetesGateway, plane.kube).timeouts == (2.0, 7.0)
+    assert isinstance(plane.provisioner, LambdaProvisionerInvoker)
+    assert plane.provisioner.function_name == "demo-provisioner"
+
+
+def test_the_runtime_takes_the_invoker_it_is_given(moto_eks: None) -> None:
+    woken = Recorder()
+    plane = build_control_plane(Settings(cluster_name="demo"), ManualClock(NOW), woken)
+    assert plane.provisioner is woken
