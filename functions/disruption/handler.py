@@ -11,7 +11,6 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
-from serverless_karpenter.adapters.invoker import invoke_provisioner as wake_provisioner
 from serverless_karpenter.disruption.usecases import disruption_lease, run_disruption
 from serverless_karpenter.observability import bind_cluster, logger, metrics, tracer
 from serverless_karpenter.runtime import control_plane
@@ -22,14 +21,6 @@ class DisruptionEvent(BaseModel):
     loop_seconds: float | None = Field(default=None, alias="loopSeconds", ge=0)
 
 
-def _invoke_provisioner(payload: dict[str, object]) -> None:
-    wake_provisioner(control_plane(), payload)
-
-
-# Replaced by the simulator, which runs the provisioner in-process.
-invoke_provisioner = _invoke_provisioner
-
-
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
@@ -38,9 +29,5 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     plane = control_plane()
     bind_cluster(plane.settings.cluster_name)
     request_id = getattr(context, "aws_request_id", "local")
-    return run_disruption(
-        plane,
-        disruption_lease(plane, request_id),
-        request.loop_seconds,
-        lambda payload: invoke_provisioner(payload),  # noqa: PLW0108 - looked up at call time
-    ).to_json()
+    lease = disruption_lease(plane, request_id)
+    return run_disruption(plane, lease, request.loop_seconds, plane.provisioner.invoke).to_json()

@@ -8,7 +8,6 @@ visibility timeout; the rest of the batch goes on.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -21,6 +20,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from serverless_karpenter import state_schema
+from serverless_karpenter.config import load_settings
 from serverless_karpenter.interruption.messages import EventEnvelope, MalformedMessage, parse_message
 from serverless_karpenter.interruption.usecases import act_on, act_or_park, park_malformed, retry_failed_soon
 from serverless_karpenter.observability import bind_cluster, logger, metrics, tracer
@@ -29,8 +29,9 @@ from serverless_karpenter.runtime import control_plane
 # A batch whose every message failed is reported like any other partial failure (all items listed)
 # rather than raised: SQS retries the same messages either way, and a transient blip is no Lambda error.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+# The decorator below wants its store at import: the table is the one every function is given.
 persistence = DynamoDBPersistenceLayer(
-    table_name=os.environ.get("STATE_TABLE_NAME", "serverless-karpenter"),
+    table_name=load_settings().state_table_name,
     key_attr=state_schema.PARTITION_KEY,
     sort_key_attr=state_schema.SORT_KEY,
     expiry_attr=state_schema.IDEMPOTENCY_EXPIRY_ATTRIBUTE,

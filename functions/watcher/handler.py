@@ -7,7 +7,6 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
-from serverless_karpenter.adapters.invoker import invoke_provisioner as wake_provisioner
 from serverless_karpenter.observability import bind_cluster, logger, metrics, tracer
 from serverless_karpenter.provisioning.batcher import PendingPodBatcher
 from serverless_karpenter.provisioning.usecases import PendingPodWatch, StreamProgress, watcher_deadline
@@ -24,14 +23,6 @@ _batcher: PendingPodBatcher | None = None
 _session: PendingPodWatch | None = None  # the simulator's watch, across its turns
 
 
-def _invoke_provisioner(payload: dict[str, object]) -> None:
-    wake_provisioner(control_plane(), payload)
-
-
-# Replaced by the simulator, which runs the provisioner in-process.
-invoke_provisioner = _invoke_provisioner
-
-
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
@@ -42,8 +33,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     bind_cluster(plane.settings.cluster_name)
     if _batcher is None:
         _batcher = PendingPodBatcher(plane.settings.batch_idle_seconds, plane.settings.batch_max_seconds)
-    # Looked up at call time, so the simulator can route invocations in-process.
-    wake = lambda payload: invoke_provisioner(payload)  # noqa: E731, PLW0108
+    wake = plane.provisioner.invoke
     deadline = watcher_deadline(
         plane, plane.settings.watcher_poll_seconds, context.get_remaining_time_in_millis() / 1000
     )

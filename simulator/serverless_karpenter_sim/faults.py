@@ -50,7 +50,6 @@ from botocore.awsrequest import AWSResponse
 from botocore.client import BaseClient
 from botocore.compat import HTTPHeaders
 from serverless_karpenter import crashpoints
-from serverless_karpenter.adapters.kubernetes import request_timeout
 
 from serverless_karpenter_sim.scenario import parse_duration
 
@@ -320,7 +319,8 @@ class FaultInjector:
             probe = dict(kind)
             probe.pop("times", None)
             if probe.get("status") == "timeout" and "delay_seconds" not in probe:
-                probe["delay_seconds"] = request_timeout()[1] + TIMEOUT_MARGIN_SECONDS
+                read_timeout = self.sim.settings.kubernetes_read_timeout_seconds
+                probe["delay_seconds"] = read_timeout + TIMEOUT_MARGIN_SECONDS
             self.sim.kube_server.faults.add(**probe, times=0)  # validates the rule; never fires
             kube_rule = KubeRule(probe, times, function, until)
             self.kube_rules.append(kube_rule)

@@ -21,6 +21,7 @@ one our functions call.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import threading
@@ -282,6 +283,8 @@ def error_response(service: str, refusal: Refusal, request_id: str) -> tuple[int
 
 
 def _enforcing(call_action: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    # ``__wrapped__`` (set by wraps) marks moto's method as enforced already (``register``).
+    @functools.wraps(call_action)
     def call_action_if_authorized(self: Any) -> Any:
         if not ENFORCEMENT.on:
             return call_action(self)
@@ -293,7 +296,6 @@ def _enforcing(call_action: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
         return error_response(str(self.service_name), refused, gen_amzn_requestid_long())
 
-    call_action_if_authorized.__wrapped__ = call_action  # type: ignore[attr-defined]
     return call_action_if_authorized
 
 

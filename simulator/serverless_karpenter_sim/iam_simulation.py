@@ -472,16 +472,27 @@ class _RegisterOnImport(importlib.abc.MetaPathFinder):
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return spec
-        loader = spec.loader
-        exec_module = loader.exec_module
-        register = self.register
-
-        def exec_then_register(module: ModuleType) -> None:
-            exec_module(module)
-            register(module)
-
-        loader.exec_module = exec_then_register  # type: ignore[method-assign]
+        spec.loader = _RegisteringLoader(spec.loader, self.register)
         return spec
+
+
+class _RegisteringLoader(importlib.abc.Loader):
+    """The module's own loader, then ``register`` with the module it executed. Anything else asked of the
+    loader (its source, its resources) is the own loader's answer."""
+
+    def __init__(self, loader: importlib.abc.Loader, register: Callable[[ModuleType], None]) -> None:
+        self._loader = loader
+        self._register = register
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        self._register(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
 
 
 def when_imported(fullname: str, register: Callable[[ModuleType], None]) -> None:

@@ -9,7 +9,7 @@ import importlib.util
 import io
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -94,6 +94,25 @@ def load_handler(name: str) -> ModuleType:
     return module
 
 
+@dataclass(frozen=True)
+class InProcessInvoker:
+    """Invokes function ``name`` in this process (``invoke``: the simulation's, which reports a failed
+    invocation as the Lambda service would): the control plane's ``ProvisionerInvoker`` in a simulation,
+    where Lambda would run an asynchronous invocation."""
+
+    invoke_function: Callable[[str, dict[str, Any]], Any]
+    name: str
+
+    def invoke(self, payload: Mapping[str, object]) -> None:
+        self.invoke_function(self.name, dict(payload))
+
+
+class _DatetimeModule(ModuleType):
+    """A stand-in for the ``datetime`` module (its attributes copied in), with its ``datetime`` class."""
+
+    datetime: type[datetime.datetime]
+
+
 def virtual_datetime_module(clock: Clock) -> ModuleType:
     """The ``datetime`` module, but with ``datetime.now()`` on ``clock``."""
 
@@ -103,9 +122,9 @@ def virtual_datetime_module(clock: Clock) -> ModuleType:
             # As datetime.now(): naive local time without ``tz``.
             return cls.fromtimestamp(clock.now().timestamp(), tz)
 
-    module = ModuleType("datetime", datetime.__doc__)
+    module = _DatetimeModule("datetime", datetime.__doc__)
     vars(module).update({k: v for k, v in vars(datetime).items() if not k.startswith("__")})
-    module.datetime = VirtualDatetime  # type: ignore[attr-defined]
+    module.datetime = VirtualDatetime
     return module
 
 
@@ -114,11 +133,14 @@ def powertools_on(clock_module: ModuleType) -> Iterator[None]:
     """Powertools' idempotency layer reads the time from ``clock_module`` while inside.
 
     Powertools judges an INPROGRESS record expired once the crashed invocation's remaining time has passed
-    on the wall clock; its config takes no clock. On virtual time the redelivery of a crashed invocation's
-    message comes a visibility timeout later in virtual seconds but mere milliseconds later on the wall, so
-    on the wall clock every redelivery would be refused as "already in progress" until the redrive policy
-    dropped the message. Rebinding the ``dt`` name of just those modules, only while a handler runs, puts
-    that judgement on the simulation's clock without touching the handler or the time of anything else.
+    on the wall clock; its config takes no clock (3.x: ``IdempotencyConfig`` and the persistence layers
+    have no clock parameter, and ``DataRecord.is_expired`` reads ``dt.datetime.now()`` itself), so
+    rebinding the module's ``dt`` is the only way in for a module we do not own. On virtual time the
+    redelivery of a crashed invocation's message comes a visibility timeout later in virtual seconds but
+    mere milliseconds later on the wall, so on the wall clock every redelivery would be refused as
+    "already in progress" until the redrive policy dropped the message. Rebinding the ``dt`` name of just
+    those modules, only while a handler runs, puts that judgement on the simulation's clock without
+    touching the handler or the time of anything else.
     """
     saved: list[tuple[ModuleType, ModuleType]] = []
     for name in POWERTOOLS_TIME_READERS:

@@ -38,7 +38,7 @@ from serverless_karpenter_sim.invariants import InvariantReport, Invariants
 from serverless_karpenter_sim.karpenter_world import karpenter_world
 from serverless_karpenter_sim.kubeapi import KubeApiServer
 from serverless_karpenter_sim.lambda_credentials import CallerCredentials, function_credentials
-from serverless_karpenter_sim.lambdas import LambdaRuntime
+from serverless_karpenter_sim.lambdas import InProcessInvoker, LambdaRuntime
 from serverless_karpenter_sim.record_view import RecordView
 from serverless_karpenter_sim.scenario import Scenario, Step
 from serverless_karpenter_sim.scenario_steps import ec2_action, patch_object, publish_ami
@@ -194,7 +194,6 @@ class Simulation:
         self.kube_server.access.use_webhook(eks_authenticator, eks_authenticator.authorizes)
         clients = component_clients(self.kube_server)
         self.api_client = clients["driver"]  # the scenario driver: the cluster's admin
-        self.kube = KubernetesGateway(self.api_client, self.clock, component="simulator")
         apply_rbac(self.api_client)
         env = {
             "CLUSTER_NAME": self.cluster_name,
@@ -209,12 +208,18 @@ class Simulation:
         }
         self.cloud.set_environment(dict(env))
         self.settings = Settings()
+        self.kube = KubernetesGateway(
+            self.api_client, self.clock, component="simulator", timeouts=self.settings.kubernetes_timeouts
+        )
         # Each function's role has the access entry the stack gives it. The one control plane signs every
         # AWS call and EKS token as the function running (CallerCredentials), and as the account's
         # operator, the cluster's creator, outside any invocation (doctor, status, explain).
         for function, role in self.stack.function_roles.items():
             grant_cluster_access(self.cloud, function, role)
-        self.plane = build_control_plane(self.settings, self.clock)
+        # The watcher, termination and disruption wake the provisioner through Lambda; here that is an
+        # in-process invocation.
+        provisioner = InProcessInvoker(self._invoke, "provisioner")
+        self.plane = build_control_plane(self.settings, self.clock, provisioner)
         # The loop's observers read the records once a tick, and again only after a Lambda ran.
         self.records = RecordView(
             self.cloud.client("dynamodb"),
@@ -222,15 +227,6 @@ class Simulation:
             lambda: (self.clock.now(), sum(self.lambdas.invocations.values())),
         )
         use_control_plane(self.plane)
-        watcher = self.lambdas.handler("watcher")
-        # The watcher invokes the provisioner through Lambda; here that is an in-process call.
-        watcher.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)  # type: ignore[attr-defined]
-        # Termination hands a draining node's pods to provisioning the same way (issue 6).
-        termination = self.lambdas.handler("termination")
-        termination.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)  # type: ignore[attr-defined]
-        # Disruption wakes it for the replacements it writes.
-        disruption = self.lambdas.handler("disruption")
-        disruption.invoke_provisioner = lambda payload: self._invoke("provisioner", payload)  # type: ignore[attr-defined]
         ec2 = self.cloud.client("ec2")
         self.ec2 = ec2
         self.sqs = self.cloud.client("sqs")

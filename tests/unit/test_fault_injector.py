@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, cast
 
 import pytest
 from serverless_karpenter import crashpoints
-from serverless_karpenter.adapters.kubernetes import READ_TIMEOUT_ENV
 from serverless_karpenter.clock import ManualClock
+from serverless_karpenter.config import Settings
 from serverless_karpenter_sim.faults import TIMEOUT_MARGIN_SECONDS, FaultInjector
 from serverless_karpenter_sim.kubeapi import KubeApiServer
 
@@ -17,9 +17,10 @@ if TYPE_CHECKING:
     from serverless_karpenter_sim.simulation import Simulation
 
 
-def injector() -> FaultInjector:
+def injector(settings: Settings | None = None) -> FaultInjector:
     """An injector over an API server that is never started: rules are matched in-process."""
-    sim = SimpleNamespace(kube_server=KubeApiServer(ManualClock()), elapsed=0.0)
+    settings = settings or Settings(cluster_name="c")
+    sim = SimpleNamespace(kube_server=KubeApiServer(ManualClock()), elapsed=0.0, settings=settings)
     return FaultInjector(cast("Simulation", sim))
 
 
@@ -66,9 +67,8 @@ def test_crash_points_hit_before_the_injector_existed_are_not_its_own() -> None:
     assert faults.total_injected == 0
 
 
-def test_a_kubernetes_timeout_is_held_past_the_clients_read_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(READ_TIMEOUT_ENV, "2")
-    faults = injector()
+def test_a_kubernetes_timeout_is_held_past_the_clients_read_timeout() -> None:
+    faults = injector(Settings(cluster_name="c", kubernetes_read_timeout_seconds=2))
     faults.arm({"kube": {"verb": "list", "resource": "pods", "status": "timeout"}})
     faults.arm({"kube": {"verb": "list", "resource": "nodes", "status": "timeout", "delay_seconds": 0.1}})
 

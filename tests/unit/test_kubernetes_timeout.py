@@ -8,13 +8,16 @@ from typing import Any
 
 import pytest
 import urllib3
+from kubernetes import client as k8s
 from serverless_karpenter.adapters.kubernetes import (
     CONNECT_TIMEOUT_ENV,
     READ_TIMEOUT_ENV,
     KubernetesError,
+    KubernetesGateway,
     call,
-    request_timeout,
 )
+from serverless_karpenter.clock import ManualClock
+from serverless_karpenter.config import Settings
 
 
 class Recorder:
@@ -43,11 +46,14 @@ def test_requests_have_a_connect_and_a_read_timeout_by_default() -> None:
     assert api.kwargs["_request_timeout"] == (5.0, 30.0)
 
 
-def test_the_timeouts_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_timeouts_come_from_the_environment_through_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CONNECT_TIMEOUT_ENV, "2")
     monkeypatch.setenv(READ_TIMEOUT_ENV, "0.5")
+    settings = Settings(cluster_name="c")
+    gateway = KubernetesGateway(k8s.ApiClient(), ManualClock(), timeouts=settings.kubernetes_timeouts)
     api = Recorder()
-    call(api)
+    monkeypatch.setattr(gateway.core, "read_node", api)
+    gateway.get_node("n1")
     assert api.kwargs["_request_timeout"] == (2.0, 0.5)
 
 
@@ -57,7 +63,7 @@ def test_a_timeout_that_is_not_a_positive_number_is_refused(
 ) -> None:
     monkeypatch.setenv(READ_TIMEOUT_ENV, value)
     with pytest.raises(ValueError, match=READ_TIMEOUT_ENV):
-        request_timeout()
+        Settings(cluster_name="c")
 
 
 def test_a_timed_out_request_is_a_transient_failure() -> None:

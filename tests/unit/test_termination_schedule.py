@@ -10,9 +10,10 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+from serverless_karpenter.adapters.invoker import NoProvisionerInvoker
 from serverless_karpenter.clock import ManualClock
 from serverless_karpenter.deployment import TERMINATION_SCHEDULED_PASS
-from serverless_karpenter.termination.usecases import TerminationRun
+from serverless_karpenter.termination.usecases import TerminationChain, TerminationRun
 from serverless_karpenter_sim.lambdas import load_handler
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -35,7 +36,9 @@ def handler(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, list[bool], Ma
     module = load_handler("termination")
     clock = ManualClock(NOW)
     plane = SimpleNamespace(
-        clock=clock, settings=SimpleNamespace(cluster_name="c", termination_requeue_seconds=5)
+        clock=clock,
+        settings=SimpleNamespace(cluster_name="c", termination_requeue_seconds=5),
+        provisioner=NoProvisionerInvoker(),
     )
     requeues: list[bool] = []
 
@@ -44,7 +47,7 @@ def handler(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, list[bool], Ma
         return TerminationRun(requeued=requeue)
 
     monkeypatch.setattr(module, "control_plane", lambda: plane)
-    monkeypatch.setattr(module, "run_termination", run)
+    monkeypatch.setattr(module, "chain", TerminationChain(run=run))
     return module, requeues, clock
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ModelWrapValidatorHandler, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,6 +15,10 @@ class Settings(BaseSettings):
 
     cluster_name: str = Field(description="EKS cluster name (CLUSTER_NAME)")
     aws_region: str = Field(default="us-east-1", description="AWS_REGION, set by Lambda")
+    # Set by Lambda: names this invocation's sandbox in the lease holders ("local" elsewhere).
+    aws_lambda_log_stream_name: str = "local"
+    # An emulated AWS (the local simulation's moto) that boto3 reaches through this endpoint.
+    aws_endpoint_url: str | None = None
     state_table_name: str = Field(default="", description="DynamoDB table for NodeClaims and leases")
     interruption_queue_url: str = Field(default="", description="SQS interruption queue URL")
     interruption_dlq_url: str = Field(
@@ -36,6 +40,10 @@ class Settings(BaseSettings):
     # or the local simulator).
     kubernetes_api_url: str | None = None
     kubernetes_verify_tls: bool = True
+    # Every API request's connect and read timeouts: a Lambda fails a call to a stuck API server, and
+    # retries on its next invocation, rather than hang until Lambda kills it mid-step.
+    kubernetes_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    kubernetes_read_timeout_seconds: float = Field(default=30.0, gt=0)
 
     # Batching of pending pods, as Karpenter's batchIdleDuration / batchMaxDuration.
     batch_idle_seconds: float = 1.0
@@ -65,6 +73,26 @@ class Settings(BaseSettings):
     min_node_age_seconds: int = Field(default=0, ge=0)
     # Off by default: replacing a node by its own instance type and capacity type is churn.
     same_type_replacement: bool = False
+
+    @property
+    def kubernetes_timeouts(self) -> tuple[float, float]:
+        """(connect, read) seconds for one Kubernetes API request."""
+        return (self.kubernetes_connect_timeout_seconds, self.kubernetes_read_timeout_seconds)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _name_the_variables(cls, data: Any, handler: ModelWrapValidatorHandler[Settings]) -> Settings:
+        """A bad value is reported by the environment variable that holds it, which is what the user set
+        (pydantic names the field)."""
+        try:
+            return handler(data)
+        except ValidationError as error:
+            problems = []
+            for item in error.errors():
+                name = "_".join(str(part) for part in item["loc"]).upper() or "settings"
+                value = f"={item['input']!r}" if not isinstance(item["input"], dict) else ""
+                problems.append(f"{name}{value}: {item['msg']}")
+            raise ValueError("invalid settings: " + "; ".join(problems)) from None
 
 
 def load_settings() -> Settings:

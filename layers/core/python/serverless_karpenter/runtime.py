@@ -7,7 +7,6 @@ loopback endpoints) with :func:`use_control_plane`.
 from __future__ import annotations
 
 import base64
-import os
 import tempfile
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -21,6 +20,7 @@ from serverless_karpenter import amifamily
 from serverless_karpenter.adapters import aws
 from serverless_karpenter.adapters.catalog_source import LiveCatalogSource
 from serverless_karpenter.adapters.eks_token import TokenSource
+from serverless_karpenter.adapters.invoker import LambdaProvisionerInvoker
 from serverless_karpenter.adapters.kubernetes import KubernetesGateway, configuration
 from serverless_karpenter.adapters.persisted import PersistedBlobs
 from serverless_karpenter.adapters.pricing import PriceSource
@@ -43,7 +43,7 @@ from serverless_karpenter.catalog.overlays import Overlays
 from serverless_karpenter.clock import Clock, SystemClock
 from serverless_karpenter.config import Settings, load_settings
 from serverless_karpenter.observability import MetricName, MetricUnit, metrics
-from serverless_karpenter.provisioning.context import ControlPlane
+from serverless_karpenter.provisioning.context import ControlPlane, ProvisionerInvoker
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +181,13 @@ def pricing_client(endpoint_region: str) -> Any:
     return aws.client("pricing", endpoint_region, has_fallback=True)
 
 
-def build_control_plane(settings: Settings | None = None, clock: Clock | None = None) -> ControlPlane:
+def build_control_plane(
+    settings: Settings | None = None,
+    clock: Clock | None = None,
+    provisioner: ProvisionerInvoker | None = None,
+) -> ControlPlane:
+    """The Lambda's adapters; ``provisioner`` replaces the Lambda invocation that wakes the provisioner
+    (the simulator runs it in-process)."""
     settings = settings or load_settings()
     clock = clock or SystemClock()
     region = settings.aws_region
@@ -201,7 +207,7 @@ def build_control_plane(settings: Settings | None = None, clock: Clock | None = 
         verify_tls=settings.kubernetes_verify_tls and ca_file is not None,
         ca_file=ca_file,
     )
-    kube = KubernetesGateway(k8s.ApiClient(cfg), clock)
+    kube = KubernetesGateway(k8s.ApiClient(cfg), clock, timeouts=settings.kubernetes_timeouts)
     network = cluster.get("kubernetesNetworkConfig") or {}
     info = amifamily.ClusterInfo(
         name=settings.cluster_name,
@@ -215,7 +221,7 @@ def build_control_plane(settings: Settings | None = None, clock: Clock | None = 
     # An emulated endpoint (the local simulation, moto) has no Pricing API and no spot market worth
     # reading, and its instance types are the bundled snapshot's (made from moto's data), which loads in
     # milliseconds where moto's DescribeInstanceTypes takes seconds: use the bundled catalog there.
-    emulated = bool(os.environ.get("AWS_ENDPOINT_URL"))
+    emulated = bool(settings.aws_endpoint_url)
     persisted = PersistedBlobs(dynamodb, settings.state_table_name) if settings.state_table_name else None
     instance_types = CatalogInstanceTypes(
         region,
@@ -251,6 +257,7 @@ def build_control_plane(settings: Settings | None = None, clock: Clock | None = 
             now=clock.now,
         ),
         instance_types=instance_types,
+        provisioner=provisioner or LambdaProvisionerInvoker(settings.provisioner_function_name, region),
     )
 
 

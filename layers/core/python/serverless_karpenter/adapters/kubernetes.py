@@ -4,8 +4,9 @@ Objects cross this boundary as plain JSON dicts (``_preload_content=False``): th
 same shapes a user writes, and we skip the client's slow model deserialisation on large lists.
 
 Every request has a connect and a read timeout (``KUBERNETES_CONNECT_TIMEOUT_SECONDS``, default 5, and
-``KUBERNETES_READ_TIMEOUT_SECONDS``, default 30): a Lambda must fail a call to a stuck API server, and
-retry on its next invocation, rather than hang until Lambda kills it mid-step. A watch asks the server to
+``KUBERNETES_READ_TIMEOUT_SECONDS``, default 30, read by ``config.Settings`` and given to the gateway): a
+Lambda must fail a call to a stuck API server, and retry on its next invocation, rather than hang until
+Lambda kills it mid-step. A watch asks the server to
 end it after ``timeoutSeconds`` and reads for that long plus the connect timeout.
 """
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,10 +33,14 @@ PENDING_PODS = "spec.nodeName=,status.phase=Pending"
 KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_AWS_GROUP = "karpenter.k8s.aws"
 
+# The environment variables Settings reads them from (config.py).
 CONNECT_TIMEOUT_ENV = "KUBERNETES_CONNECT_TIMEOUT_SECONDS"
 READ_TIMEOUT_ENV = "KUBERNETES_READ_TIMEOUT_SECONDS"
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 5.0
 DEFAULT_READ_TIMEOUT_SECONDS = 30.0
+# (connect, read) seconds, as the client's ``_request_timeout`` takes them.
+Timeouts = tuple[float, float]
+DEFAULT_TIMEOUTS: Timeouts = (DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_READ_TIMEOUT_SECONDS)
 
 
 class KubernetesError(Exception):
@@ -137,31 +141,8 @@ def configuration(
     return cfg
 
 
-def _seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise ValueError(f"{name}={raw!r}: must be a positive number of seconds")
-    return value
-
-
-def request_timeout() -> tuple[float, float]:
-    """(connect, read) seconds for one API request, from the environment."""
-    # Read per call (two dict lookups), not at import: tests and the simulator set them after import.
-    return (
-        _seconds(CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT_SECONDS),
-        _seconds(READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT_SECONDS),
-    )
-
-
-def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def call(fn: Callable[..., Any], *args: Any, timeout: Timeouts = DEFAULT_TIMEOUTS, **kwargs: Any) -> Any:
     """One API call returning parsed JSON; failures become :class:`KubernetesError`."""
-    timeout = request_timeout()
     try:
         response = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
     except ApiException as error:
@@ -173,8 +154,15 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 class KubernetesGateway:
-    def __init__(self, api_client: k8s.ApiClient, clock: Clock, component: str = "karpenter") -> None:
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        clock: Clock,
+        component: str = "karpenter",
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
+    ) -> None:
         self.api_client = api_client
+        self.timeouts = timeouts
         self.core = k8s.CoreV1Api(api_client)
         self.apps = k8s.AppsV1Api(api_client)
         self.policy = k8s.PolicyV1Api(api_client)
@@ -183,15 +171,18 @@ class KubernetesGateway:
         self._clock = clock
         self._component = component
 
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return call(fn, *args, timeout=self.timeouts, **kwargs)
+
     # -- listing -------------------------------------------------------------------------------------
 
     def _pages(self, fn: Callable[..., Any], **kwargs: Any) -> Iterator[JSON]:
         token: str | None = None
         while True:
             page = (
-                call(fn, limit=PAGE_SIZE, _continue=token, **kwargs)
+                self._call(fn, limit=PAGE_SIZE, _continue=token, **kwargs)
                 if token
-                else call(fn, limit=PAGE_SIZE, **kwargs)
+                else self._call(fn, limit=PAGE_SIZE, **kwargs)
             )
             # The API server leaves apiVersion and kind off the items of built-in lists; the pure core
             # and Events (kubectl describe finds them by involvedObject.kind) want whole objects.
@@ -240,7 +231,7 @@ class KubernetesGateway:
         """Watch the pending pods from ``resource_version`` (ADDED when a pod becomes pending, DELETED
         when it is bound or gone), with bookmarks; the server ends the watch after ``timeout_seconds``.
         Raises :class:`WatchExpired` when the version is too old to watch from."""
-        connect, _ = request_timeout()
+        connect, _ = self.timeouts
         try:
             response = self.core.list_pod_for_all_namespaces(
                 watch=True,
@@ -271,7 +262,7 @@ class KubernetesGateway:
 
     def get_node(self, name: str) -> JSON | None:
         try:
-            return call(self.core.read_node, name)
+            return self._call(self.core.read_node, name)
         except KubernetesError as error:
             if error.status == 404:
                 return None
@@ -317,7 +308,7 @@ class KubernetesGateway:
         meta = nodepool["metadata"]
         body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": dict(status)}
         try:
-            call(
+            self._call(
                 self.custom.patch_cluster_custom_object_status,
                 KARPENTER_GROUP,
                 "v1",
@@ -334,6 +325,17 @@ class KubernetesGateway:
     def list_ec2nodeclasses(self) -> list[JSON]:
         return self._list_cluster_custom(KARPENTER_AWS_GROUP, "v1", "ec2nodeclasses")
 
+    def patch_ec2nodeclass_status(self, name: str, status: Mapping[str, Any]) -> JSON:
+        """Merge-patch an EC2NodeClass's status through ``/status``."""
+        return self._call(
+            self.custom.patch_cluster_custom_object_status,
+            KARPENTER_AWS_GROUP,
+            "v1",
+            "ec2nodeclasses",
+            name,
+            {"status": dict(status)},
+        )
+
     def list_nodeoverlays(self) -> list[JSON]:
         try:
             return self._list_cluster_custom(KARPENTER_GROUP, "v1alpha1", "nodeoverlays")
@@ -349,7 +351,9 @@ class KubernetesGateway:
 
     def get_nodeclaim(self, name: str) -> JSON | None:
         try:
-            return call(self.custom.get_cluster_custom_object, KARPENTER_GROUP, "v1", "nodeclaims", name)
+            return self._call(
+                self.custom.get_cluster_custom_object, KARPENTER_GROUP, "v1", "nodeclaims", name
+            )
         except KubernetesError as error:
             if error.status == 404:
                 return None
@@ -357,12 +361,12 @@ class KubernetesGateway:
 
     def create_nodeclaim(self, body: JSON) -> JSON:
         """Create a NodeClaim; the API server drops ``status`` on create (the status subresource)."""
-        return call(self.custom.create_cluster_custom_object, KARPENTER_GROUP, "v1", "nodeclaims", body)
+        return self._call(self.custom.create_cluster_custom_object, KARPENTER_GROUP, "v1", "nodeclaims", body)
 
     def patch_nodeclaim(self, name: str, patch: JSON | list[JSON]) -> JSON:
         """A merge patch (a dict) or a JSON patch (a list) of the NodeClaim's metadata."""
         kwargs = {"_content_type": "application/json-patch+json"} if isinstance(patch, list) else {}
-        return call(
+        return self._call(
             self.custom.patch_cluster_custom_object,
             KARPENTER_GROUP,
             "v1",
@@ -373,14 +377,14 @@ class KubernetesGateway:
         )
 
     def patch_nodeclaim_status(self, name: str, patch: JSON) -> JSON:
-        return call(
+        return self._call(
             self.custom.patch_cluster_custom_object_status, KARPENTER_GROUP, "v1", "nodeclaims", name, patch
         )
 
     def delete_nodeclaim(self, name: str) -> None:
         """Delete a NodeClaim (its finalizer holds it, with a deletionTimestamp); gone already is fine."""
         try:
-            call(self.custom.delete_cluster_custom_object, KARPENTER_GROUP, "v1", "nodeclaims", name)
+            self._call(self.custom.delete_cluster_custom_object, KARPENTER_GROUP, "v1", "nodeclaims", name)
         except KubernetesError as error:
             if error.status != 404:
                 raise
@@ -388,14 +392,14 @@ class KubernetesGateway:
     # -- nodes ---------------------------------------------------------------------------------------
 
     def patch_node(self, name: str, patch: JSON) -> JSON:
-        return call(self.core.patch_node, name, patch)
+        return self._call(self.core.patch_node, name, patch)
 
     def json_patch_node(self, name: str, operations: list[JSON]) -> JSON:
-        return call(self.core.patch_node, name, operations)
+        return self._call(self.core.patch_node, name, operations)
 
     def delete_node(self, name: str) -> None:
         try:
-            call(self.core.delete_node, name)
+            self._call(self.core.delete_node, name)
         except KubernetesError as error:
             if error.status != 404:
                 raise
@@ -426,7 +430,7 @@ class KubernetesGateway:
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
         }
         try:
-            call(self.core.create_namespaced_pod_eviction, meta["name"], meta["namespace"], body)
+            self._call(self.core.create_namespaced_pod_eviction, meta["name"], meta["namespace"], body)
         except KubernetesError as error:
             if error.status == 429:
                 return EvictionResult.BLOCKED
@@ -441,7 +445,7 @@ class KubernetesGateway:
         if grace_period_seconds is not None:
             kwargs["grace_period_seconds"] = grace_period_seconds
         try:
-            call(self.core.delete_namespaced_pod, meta["name"], meta["namespace"], **kwargs)
+            self._call(self.core.delete_namespaced_pod, meta["name"], meta["namespace"], **kwargs)
         except KubernetesError as error:
             if error.status != 404:
                 raise
@@ -489,12 +493,12 @@ class KubernetesGateway:
         # An event is worth a try, never a failed reconcile.
         with contextlib.suppress(KubernetesError):
             try:
-                call(self.core.create_namespaced_event, namespace, body)
+                self._call(self.core.create_namespaced_event, namespace, body)
             except KubernetesError as error:
                 if error.status != 409:
                     raise
-                existing = call(self.core.read_namespaced_event, name, namespace)
+                existing = self._call(self.core.read_namespaced_event, name, namespace)
                 count = int(existing.get("count") or 1) + 1
-                call(
+                self._call(
                     self.core.patch_namespaced_event, name, namespace, {"count": count, "lastTimestamp": now}
                 )

@@ -9,21 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from serverless_karpenter.adapters.kubernetes import (
-    KARPENTER_AWS_GROUP,
-    KubernetesError,
-    KubernetesGateway,
-    call,
-)
+from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
 from serverless_karpenter.api import conditions
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.observability import logger
 
-PLURAL = "ec2nodeclasses"
-VERSION = "v1"
+if TYPE_CHECKING:
+    from serverless_karpenter.provisioning.context import KubernetesApi
+
 READY = conditions.READY
 VALIDATION_SUCCEEDED = "ValidationSucceeded"
 PLACEMENT_GROUP_READY = "PlacementGroupReady"
@@ -138,7 +134,7 @@ def desired_status(
 
 
 def write_status(
-    kube: KubernetesGateway,
+    kube: KubernetesApi,
     nodeclass: Mapping[str, Any],
     resolved: ResolvedNodeClass | None,
     error: str | None,
@@ -151,14 +147,7 @@ def write_status(
         return False
     name = nodeclass["metadata"]["name"]
     try:
-        call(
-            kube.custom.patch_cluster_custom_object_status,
-            KARPENTER_AWS_GROUP,
-            VERSION,
-            PLURAL,
-            name,
-            {"status": status},
-        )
+        kube.patch_ec2nodeclass_status(name, status)
     except KubernetesError as failure:
         logger.warning(
             "failed writing EC2NodeClass status", extra={"ec2nodeclass": name, "error": str(failure)}

@@ -10,7 +10,7 @@ from serverless_karpenter.adapters.kubernetes import JSON, KubernetesError, Kube
 
 def read_config_map(kube: KubernetesGateway, namespace: str, name: str) -> JSON | None:
     try:
-        return call(kube.core.read_namespaced_config_map, name, namespace)
+        return call(kube.core.read_namespaced_config_map, name, namespace, timeout=kube.timeouts)
     except KubernetesError as error:
         if error.status == 404:
             return None

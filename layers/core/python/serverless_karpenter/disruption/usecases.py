@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import secrets
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +34,6 @@ from datetime import datetime, timedelta
 from typing import Any, overload
 
 from serverless_karpenter import deployment
-from serverless_karpenter.adapters.invoker import invoke_provisioner
 from serverless_karpenter.adapters.state_store import ConflictError, Lease
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
 from serverless_karpenter.api.errors import ManifestError
@@ -148,22 +146,10 @@ def _instance_network(plane: ControlPlane, records: Sequence[NodeClaimRecord]) -
     now = plane.clock.now()
     stale = [i for i in ids if i not in _network_cache or now - _network_cache[i][0] >= _NETWORK_TTL]
     if stale:
-        from serverless_karpenter.adapters import aws
-
         try:
-            ec2 = aws.client("ec2", plane.settings.aws_region)
-            for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=stale):
-                for reservation in page["Reservations"]:
-                    for raw in reservation["Instances"]:
-                        _network_cache[raw["InstanceId"]] = (
-                            now,
-                            InstanceNetwork(
-                                subnet_id=raw.get("SubnetId"),
-                                security_group_ids=frozenset(
-                                    g["GroupId"] for g in raw.get("SecurityGroups") or []
-                                ),
-                            ),
-                        )
+            for instance_id, instance in plane.launcher.cluster_instances(stale).items():
+                network = InstanceNetwork(instance.subnet_id, instance.security_group_ids)
+                _network_cache[instance_id] = (now, network)
         except Exception as error:  # drift by network is worth a retry next pass, never a failed pass
             logger.warning("could not describe instances for drift", extra={"error": str(error)})
     for gone in set(_network_cache) - set(ids):
@@ -822,7 +808,7 @@ def run_disruption_pass(
 ) -> DisruptionRun:
     """One pass: stamp, expire, advance the commands under way, then decide at most one new command."""
     options = options or options_from(plane)
-    wake = wake or (lambda payload: invoke_provisioner(plane, payload))
+    wake = wake or plane.provisioner.invoke
     run = DisruptionRun(passes=1)
     snapshot = take_snapshot(plane)
     stamp_records(plane, snapshot)
@@ -876,7 +862,7 @@ def disruption_lease(plane: ControlPlane, request_id: str) -> Lease:
         aws.client("dynamodb", plane.settings.aws_region),
         plane.settings.state_table_name,
         LEASE_NAME,
-        holder=f"{os.environ.get('AWS_LAMBDA_LOG_STREAM_NAME', 'local')}/{request_id}",
+        holder=f"{plane.settings.aws_lambda_log_stream_name}/{request_id}",
     )
 
 

@@ -12,6 +12,7 @@ from urllib.parse import unquote
 import yaml
 
 from serverless_karpenter import naming
+from serverless_karpenter.adapters.kubernetes import KubernetesGateway
 from serverless_karpenter.adapters.operator_reads import read_config_map
 from serverless_karpenter.adapters.providers.errors import CloudError, EndpointUnanswered, translated
 from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
@@ -37,9 +38,17 @@ from serverless_karpenter.doctor.checks import (
     SubnetFacts,
     queue_name,
 )
-from serverless_karpenter.provisioning.context import ControlPlane
+from serverless_karpenter.provisioning.context import ControlPlane, KubernetesApi
 
 ClientFactory = Callable[[str], Any]
+
+
+def _gateway(kube: KubernetesApi) -> KubernetesGateway:
+    """The doctor's reads beyond the control plane's (API discovery, kube-system's ConfigMaps) go through
+    the client itself: its plane is runtime.build_control_plane's, whose gateway is the real one."""
+    if not isinstance(kube, KubernetesGateway):
+        raise TypeError(f"doctor reads the cluster through a KubernetesGateway, not {type(kube).__name__}")
+    return kube
 
 
 @dataclass(frozen=True)
@@ -295,7 +304,7 @@ class Gatherer:
             facts.daemonsets = kube.list_daemonsets()
             facts.instance_types = self.instance_types(nodeclass_specs, facts.nodeclasses)
             facts.access = self.access(eks_cluster)
-            facts.karpenter = karpenter.gather(kube)
+            facts.karpenter = karpenter.gather(_gateway(kube))
         return facts
 
     def eks_cluster(self) -> dict[str, Any] | None:
@@ -678,7 +687,7 @@ class Gatherer:
                 raise
             entries, reason = None, why
         aws_auth: dict[str, list[str]] | None = None
-        config_map = read_config_map(self.plane.kube, "kube-system", "aws-auth")
+        config_map = read_config_map(_gateway(self.plane.kube), "kube-system", "aws-auth")
         if config_map is not None:
             aws_auth = {}
             for item in yaml.safe_load((config_map.get("data") or {}).get("mapRoles") or "[]") or []:

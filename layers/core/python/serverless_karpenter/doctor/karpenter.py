@@ -96,7 +96,8 @@ def _discovery(fn: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
 def _pages(fn: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:
     token: str | None = None
     while True:
-        page = call(fn, limit=500, **({"_continue": token} if token else {}), **kwargs)
+        more: dict[str, Any] = {"_continue": token} if token else {}
+        page = call(fn, limit=500, **more, **kwargs)
         yield from page.get("items") or []
         token = (page.get("metadata") or {}).get("continue")
         if not token:

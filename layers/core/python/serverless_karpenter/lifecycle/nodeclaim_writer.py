@@ -11,14 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from serverless_karpenter.adapters.kubernetes import KubernetesError, KubernetesGateway
+from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.clock import Clock
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.lifecycle.nodeclaim_objects import TypeLabels, merged_conditions, render
 from serverless_karpenter.observability import logger
+
+if TYPE_CHECKING:
+    from serverless_karpenter.provisioning.context import KubernetesApi
 
 JSON = dict[str, Any]
 # The status fields we own; anything else in the object's status is left as it is.
@@ -48,7 +51,7 @@ def _changed(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str
 
 
 class NodeClaimObjects:
-    def __init__(self, kube: KubernetesGateway, clock: Clock) -> None:
+    def __init__(self, kube: KubernetesApi, clock: Clock) -> None:
         self.kube = kube
         self.clock = clock
         self._loaded = False  # whether this writer has listed the objects (at most once)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from serverless_karpenter.adapters.kubernetes import KubernetesError, KubernetesGateway
+from serverless_karpenter.adapters.kubernetes import KubernetesError
 from serverless_karpenter.api import conditions
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
@@ -30,6 +30,9 @@ from serverless_karpenter.observability import logger
 from serverless_karpenter.provisioning.nodepool_validation import VALIDATION_FAILED, validation_problem
 from serverless_karpenter.provisioning.provisioner import nodeclass_ref
 from serverless_karpenter.scheduling import resources
+
+if TYPE_CHECKING:
+    from serverless_karpenter.provisioning.context import KubernetesApi
 
 VALIDATION_SUCCEEDED = "ValidationSucceeded"
 NODECLASS_READY = "NodeClassReady"
@@ -181,7 +184,7 @@ def unchanged(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
     )
 
 
-def write_status(kube: KubernetesGateway, nodepool: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+def write_status(kube: KubernetesApi, nodepool: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     """Write ``status`` if it differs from the NodePool's; whether a write was made. A NodePool changed or
     gone meanwhile is left to the next pass; other failures are logged: the status reports, it never
     decides."""

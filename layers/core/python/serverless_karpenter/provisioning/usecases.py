@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable, Mapping
@@ -66,7 +65,7 @@ def provisioner_lease(plane: ControlPlane, request_id: str) -> Lease:
         aws.client("dynamodb", plane.settings.aws_region),
         plane.settings.state_table_name,
         LEASE_NAME,
-        holder=f"{os.environ.get('AWS_LAMBDA_LOG_STREAM_NAME', 'local')}/{request_id}",
+        holder=f"{plane.settings.aws_lambda_log_stream_name}/{request_id}",
     )
 
 

@@ -7,7 +7,6 @@ remember for the next (PDB back-off, replace-first deadline) is kept in the reco
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,9 +19,10 @@ from serverless_karpenter.api import labels as wk
 from serverless_karpenter.clock import parse_rfc3339, to_rfc3339
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.lifecycle.nodeclaim_writer import NodeClaimObjects
-from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics
+from serverless_karpenter.observability import MetricName, MetricUnit, Msg, logger, metrics, tracer
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.scheduling import pods as podlib
+from serverless_karpenter.termination.backoff import EVICTION_BACKOFF, EvictionBackoff
 from serverless_karpenter.termination.handoff import (
     has_disrupted_taint,
     reschedulable_pods,
@@ -37,11 +37,7 @@ GONE_STATES = frozenset({"shutting-down", "terminated"})
 STOPPING_STATES = frozenset({"stopping", "stopped"})
 
 # Record annotations that carry a drain's memory from one pass to the next.
-REPLACE_FIRST_UNTIL = "serverless-karpenter.io/replace-first-until"
-EVICTION_BACKOFF = "serverless-karpenter.io/eviction-backoff"
-# A PDB that refuses an eviction (429) is asked again after 5 s, then 10, 20, 30, 30...
-BACKOFF_BASE = timedelta(seconds=5)
-BACKOFF_MAX = timedelta(seconds=30)
+REPLACE_FIRST_UNTIL = "serverless-karpenter.io/replace-first-until"  # and EVICTION_BACKOFF (backoff.py)
 # Replace-first: when the provisioner has launched nothing for the node's pods by then, they fit
 # capacity that already exists, and the drain may start.
 REPLACEMENT_SETTLE = timedelta(seconds=30)
@@ -51,6 +47,7 @@ FORCEFUL_TERMINATION = "Forceful Termination"
 WakeProvisioner = Callable[[dict[str, object]], None]
 
 __all__ = [
+    "EVICTION_BACKOFF",
     "DrainProgress",
     "Terminator",
     "begin_deletion",
@@ -220,20 +217,12 @@ def _failure(doing: str, pod: Mapping[str, Any], error: KubernetesError) -> str:
     return f"{doing} {what} (Pod={podlib.key(pod)})"
 
 
-def _backoff(record: NodeClaimRecord | None) -> dict[str, dict[str, Any]]:
-    raw = (record.annotations if record is not None else {}).get(EVICTION_BACKOFF)
-    try:
-        value = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 class Terminator:
     def __init__(self, plane: ControlPlane, wake_provisioner: WakeProvisioner | None = None) -> None:
         self.plane = plane
         self.wake_provisioner = wake_provisioner
 
+    @tracer.capture_method(capture_response=False)
     def reconcile(self) -> list[DrainProgress]:
         """One pass over every node that is being deleted and still holds our finalizer."""
         progress = []
@@ -452,10 +441,10 @@ class Terminator:
         """Evict the pods of the first priority group through the Eviction API, honouring PDB back-off."""
         kube = self.plane.kube
         reason = (record.disruption_reason if record is not None else None) or FORCEFUL_TERMINATION
-        backoff = _backoff(record)
-        before = json.dumps(backoff, sort_keys=True)
-        present = {podlib.key(p) for p in pods}
-        backoff = {k: v for k, v in backoff.items() if k in present}
+        saved = record.annotations.get(EVICTION_BACKOFF) if record is not None else None
+        backoff = EvictionBackoff.from_annotation(saved)
+        before = backoff.to_annotation()
+        backoff.keep_only({podlib.key(p) for p in pods})
         group = min(priority_group(p) for p in pods)
         for pod in pods:
             if priority_group(pod) != group:
@@ -464,8 +453,7 @@ class Terminator:
             if do_not_disrupt(pod):
                 progress.waiting.append(pod_key)
                 continue
-            entry = backoff.get(pod_key)
-            if entry and now < parse_rfc3339(str(entry.get("next"))):
+            if backoff.blocked(pod_key, now):
                 progress.blocked.append(pod_key)
                 continue
             try:
@@ -481,23 +469,22 @@ class Terminator:
             if outcome == EvictionResult.EVICTED:
                 kube.record_event(pod, "Evicted", f"Evicted pod: {reason}")
                 progress.evicted.append(pod_key)
-                backoff.pop(pod_key, None)
+                backoff.clear(pod_key)
             elif outcome == EvictionResult.BLOCKED:
                 failures.append(f"evicting pod violates a PDB (Pod={pod_key})")
                 progress.blocked.append(pod_key)
-                attempts = int((entry or {}).get("attempts", 0)) + 1
-                delay = min(BACKOFF_BASE * 2 ** (attempts - 1), BACKOFF_MAX)
-                backoff[pod_key] = {"attempts": attempts, "next": to_rfc3339(now + delay)}
+                backoff.refused(pod_key, now)
             else:
-                backoff.pop(pod_key, None)
+                backoff.clear(pod_key)
         if progress.evicted:
             metrics.add_metric(
                 name=MetricName.PODS_EVICTED, unit=MetricUnit.Count, value=len(progress.evicted)
             )
-        if record is not None and json.dumps(backoff, sort_keys=True) != before:
+        after = backoff.to_annotation()
+        if record is not None and after != before:
             annotations = {k: v for k, v in record.annotations.items() if k != EVICTION_BACKOFF}
-            if backoff:
-                annotations[EVICTION_BACKOFF] = json.dumps(backoff, sort_keys=True)
+            if after is not None:
+                annotations[EVICTION_BACKOFF] = after
             self.plane.store.save(record.model_copy(update={"annotations": annotations}))
 
     def _finish(
