@@ -17,7 +17,7 @@ class Settings(BaseSettings):
     aws_region: str = Field(default="us-east-1", description="AWS_REGION, set by Lambda")
     # Set by Lambda: names this invocation's sandbox in the lease holders ("local" elsewhere).
     aws_lambda_log_stream_name: str = "local"
-    # An emulated AWS (the local simulation's moto) that boto3 reaches through this endpoint.
+    # An emulated AWS (the local simulation's moto) that the AWS SDK reaches through this endpoint.
     aws_endpoint_url: str | None = None
     state_table_name: str = Field(default="", description="DynamoDB table for NodeClaims and leases")
     interruption_queue_url: str = Field(default="", description="SQS interruption queue URL")

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
+from serverless_karpenter import amifamily
 from serverless_karpenter.adapters.invoker import NoProvisionerInvoker
 from serverless_karpenter.adapters.kubernetes import JSON, WatchStream
-from serverless_karpenter.adapters.providers.fleet import FleetLauncher
-from serverless_karpenter.adapters.providers.model import ResolvedNodeClass
-from serverless_karpenter.adapters.providers.nodeclass import NodeClassResolver
+from serverless_karpenter.adapters.providers.model import (
+    Image,
+    Instance,
+    LaunchRequest,
+    ResolvedNodeClass,
+    SecurityGroup,
+    Subnet,
+)
 from serverless_karpenter.clock import Clock
 from serverless_karpenter.config import Settings
 from serverless_karpenter.lifecycle.model import NodeClaimRecord
@@ -81,6 +88,51 @@ class ProvisionerInvoker(Protocol):
     def invoke(self, payload: Mapping[str, object]) -> None: ...
 
 
+class InstanceLauncher(Protocol):
+    """EC2 instances and launch templates, as the control plane uses them (``providers.fleet``)."""
+
+    last_template_sweep: datetime | None
+
+    def launch(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> Instance: ...
+    def ensure_launch_template(
+        self, nodeclass: ResolvedNodeClass, arch: str, bootstrap: amifamily.NodeBootstrap
+    ) -> str: ...
+    def launch_template_name(
+        self, nodeclass: ResolvedNodeClass, arch: str, bootstrap: amifamily.NodeBootstrap
+    ) -> str: ...
+    def launch_template_names(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> set[str]: ...
+    def forget_launch_templates(self) -> None: ...
+    def launch_templates(self) -> list[dict[str, Any]]: ...
+    def delete_unused_launch_templates(self, in_use: set[str], created_before: datetime) -> list[str]: ...
+    def describe(self, instance_id: str) -> Instance | None: ...
+    def instances(self, extra_filters: Any = None, include_terminated: bool = False) -> list[Instance]: ...
+    def cluster_instances(self, instance_ids: Iterable[str]) -> dict[str, Instance]: ...
+    def describe_many(self, instance_ids: Sequence[str]) -> list[Instance]: ...
+    def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None: ...
+    def find_by_nodeclaim(self, nodeclaim: str) -> Instance | None: ...
+    def terminate(self, instance_ids: list[str]) -> None: ...
+
+
+class NodeClassResolution(Protocol):
+    """An EC2NodeClass's subnets, security groups, AMIs and instance profile (``providers.nodeclass``)."""
+
+    def resolve(
+        self, nodeclass: Mapping[str, Any], *, manage_instance_profile: bool = True
+    ) -> ResolvedNodeClass: ...
+    def subnets(self, terms: Sequence[Mapping[str, Any]]) -> list[Subnet]: ...
+    def security_group_details(self, terms: Sequence[Mapping[str, Any]]) -> list[SecurityGroup]: ...
+    def security_groups(self, terms: Sequence[Mapping[str, Any]]) -> list[str]: ...
+    def images(
+        self, terms: Sequence[Mapping[str, Any]], ami_family: str | None
+    ) -> tuple[str, list[Image]]: ...
+    def amis(
+        self, terms: Sequence[Mapping[str, Any]], ami_family: str | None
+    ) -> tuple[str, dict[str, str]]: ...
+    def instance_profile_name(self, nodeclass_name: str) -> str: ...
+    def instance_profile_of(self, nodeclass_name: str, spec: Mapping[str, Any]) -> str | None: ...
+    def instance_profile(self, nodeclass_name: str, spec: Mapping[str, Any]) -> str | None: ...
+
+
 class InstanceTypeProvider(Protocol):
     def instance_types(
         self, nodeclass: ResolvedNodeClass, spec: Mapping[str, Any]
@@ -105,9 +157,8 @@ class ControlPlane:
     clock: Clock
     kube: KubernetesApi
     store: NodeClaimRecords
-    # The EC2 adapters (prov23 splits them into per-resource providers, each behind its Protocol).
-    launcher: FleetLauncher
-    resolver: NodeClassResolver
+    launcher: InstanceLauncher
+    resolver: NodeClassResolution
     instance_types: InstanceTypeProvider
     # A plane built by hand (tests, tools) wakes nothing; runtime.build_control_plane gives the Lambda one.
     provisioner: ProvisionerInvoker = field(default_factory=NoProvisionerInvoker)
