@@ -113,6 +113,7 @@ class NodeClaim(ResourceModel):
 
     API_VERSION: ClassVar[str] = "karpenter.sh/v1"
     KIND: ClassVar[str] = "NodeClaim"
+    NAME_REQUIRED: ClassVar[bool] = False
 
     api_version: Literal["karpenter.sh/v1"] = "karpenter.sh/v1"
     kind: Literal["NodeClaim"] = "NodeClaim"
