@@ -43,7 +43,7 @@ CONDITION_TERMINATING = "Terminating"
 
 
 class NodeClaimPhase(StrEnum):
-    """Our durable states of a NodeClaim record (DESIGN §2), in lifecycle order."""
+    """Our durable states of a NodeClaim record (docs/architecture.md §2), in lifecycle order."""
 
     PENDING = "Pending"
     LAUNCHED = "Launched"
