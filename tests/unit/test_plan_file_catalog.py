@@ -68,16 +68,13 @@ def test_spot_where_the_file_has_a_price_and_overlays_apply() -> None:
             "ProductDescription": "Linux/UNIX",
         }
     ]
+    m5_large = {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}
+    spec = {"requirements": [m5_large], "priceAdjustment": "-50%"}
     overlay = {
         "apiVersion": "karpenter.sh/v1alpha1",
         "kind": "NodeOverlay",
-        "metadata": {"name": "half"},
-        "spec": {
-            "requirements": [
-                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}
-            ],
-            "priceAdjustment": "-50%",
-        },
+        "metadata": {"name": "h"},
+        "spec": spec,
     }
     provider, _ = file_catalog(document(SpotPriceHistory=history), REGION, lambda: [overlay])
 

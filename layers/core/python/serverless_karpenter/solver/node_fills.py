@@ -37,10 +37,7 @@ def fill_dot(shapes: Sequence[Shape], room: Vector, caps: Sequence[int], left: i
             if not fit:
                 continue
             for kind in shape.kinds:
-                available = len(kind.items) - taken.get(id(kind), 0)
-                if available <= 0 or not kind.zones & state.zones:
-                    continue
-                take = state.allowed(kind.membership, min(fit, available), caps)
+                take = state.placeable(kind, fit, caps, taken)
                 if take <= 0:
                     continue
                 score = 0.0

@@ -117,6 +117,14 @@ class NodeFill:
                     take = spare
         return take
 
+    def placeable(self, kind: Kind, want: int, caps: Sequence[int], held: Mapping[int, int]) -> int:
+        """How many of ``want`` pods of ``kind`` may go on this node (<= 0: none): those not ``held``
+        elsewhere, if the zones meet, within the class caps."""
+        available = len(kind.items) - held.get(id(kind), 0)
+        if available <= 0 or not kind.zones & self.zones:
+            return 0
+        return self.allowed(kind.membership, min(want, available), caps)
+
     def record(self, membership: Membership, n: int) -> None:
         """``n`` pods of ``membership`` are on the node: count them toward their classes."""
         for cls, is_owner, is_member in membership:
@@ -140,10 +148,7 @@ class NodeFill:
         for kind in shape.kinds:
             if not want:
                 break
-            available = len(kind.items) - held.get(id(kind), 0)
-            if available <= 0 or not kind.zones & self.zones:
-                continue
-            n = self.allowed(kind.membership, min(want, available), caps)
+            n = self.placeable(kind, want, caps, held)
             if n <= 0:
                 continue
             self.add(kind, shape.vector, n)
