@@ -19,33 +19,49 @@ def fill_dot(shapes: Sequence[Shape], room: Vector, caps: Sequence[int], left: i
     residual = state.residual
     taken: dict[int, int] = {}  # id(kind) -> count planned
     kinds_by_id: dict[int, Kind] = {}
-    live = [s for s in shapes if any(k.items for k in s.kinds)]
+    # Each live shape with its vector scaled by the room once, so a score is ((v * s) * r) * s as before.
+    live = [
+        (s, [v * f for v, f in zip(s.vector, scale, strict=True)])
+        for s in shapes
+        if any(k.items for k in s.kinds)
+    ]
+    allowed = state.allowed  # bound once: the scan below asks it millions of times on large batches
     while left:
         best: tuple[float, Shape, Kind, int] | None = None
+        zones_left = state.zones
         # A shape that cannot go on the node now never can: room, pods left, zones and class caps
         # only shrink as it fills. So each step scans only the shapes the last one could still place.
-        still: list[Shape] = []
-        for shape in live:
+        still: list[tuple[Shape, list[float]]] = []
+        for shape, scaled in live:
             vector = shape.vector
             fit = left
             for d in range(dims):
                 v = vector[d]
                 if v:
-                    fit = min(fit, residual[d] // v)
-                    if not fit:
-                        break
+                    q = residual[d] // v
+                    if q < fit:
+                        fit = q
+                        if not fit:
+                            break
             if not fit:
                 continue
             for kind in shape.kinds:
-                take = state.placeable(kind, fit, caps, taken)
-                if take <= 0:
+                # The scan's hot path: most kinds are spent or out of zone, so those are skipped before
+                # the class caps (``NodeFill.allowed``) are asked.
+                spare = len(kind.items) - taken.get(id(kind), 0)
+                if spare <= 0 or not kind.zones & zones_left:
                     continue
+                take = fit if fit < spare else spare
+                if kind.membership:
+                    take = allowed(kind.membership, take, caps)
+                    if take <= 0:
+                        continue
                 score = 0.0
                 for d in range(dims):
-                    score += vector[d] * scale[d] * residual[d] * scale[d]
+                    score += scaled[d] * residual[d] * scale[d]
                 if best is None or score > best[0]:
                     best = (score, shape, kind, take)
-                still.append(shape)
+                still.append((shape, scaled))
                 break  # one kind per shape is enough to score the shape
         live = still
         if best is None:
@@ -75,8 +91,8 @@ def _take_all(
     state: NodeFill, shape: Shape, want: int, caps: Sequence[int], held: dict[int, int]
 ) -> Plan | None:
     """``want`` pods of ``shape`` put on the node, or None if that many cannot go there."""
-    taken = state.take(shape, want, caps, held)
-    return taken if sum(n for _, n in taken) == want else None
+    taken: Plan = []
+    return taken if state.take(shape, want, caps, held, taken) == want else None
 
 
 def replay(

@@ -117,44 +117,44 @@ class NodeFill:
                     take = spare
         return take
 
-    def placeable(self, kind: Kind, want: int, caps: Sequence[int], held: Mapping[int, int]) -> int:
-        """How many of ``want`` pods of ``kind`` may go on this node (<= 0: none): those not ``held``
-        elsewhere, if the zones meet, within the class caps."""
-        available = len(kind.items) - held.get(id(kind), 0)
-        if available <= 0 or not kind.zones & self.zones:
-            return 0
-        return self.allowed(kind.membership, min(want, available), caps)
-
     def record(self, membership: Membership, n: int) -> None:
         """``n`` pods of ``membership`` are on the node: count them toward their classes."""
+        count = self.count
         for cls, is_owner, is_member in membership:
             if is_member:
-                self.count[cls] = self.count.get(cls, 0) + n
+                count[cls] = count.get(cls, 0) + n
             if is_owner:
                 self.owner.add(cls)
 
     def add(self, kind: Kind, vector: Vector, n: int) -> None:
         """Put ``n`` pods of ``kind`` (each of ``vector``) on the node."""
-        self.record(kind.membership, n)
+        if kind.membership:
+            self.record(kind.membership, n)
         self.zones &= kind.zones
         residual = self.residual
         for d in range(len(residual)):
             residual[d] -= vector[d] * n
 
-    def take(self, shape: Shape, want: int, caps: Sequence[int], held: Mapping[int, int]) -> Plan:
+    def take(self, shape: Shape, want: int, caps: Sequence[int], held: Mapping[int, int], plan: Plan) -> int:
         """Up to ``want`` pods of ``shape`` from its kinds, within the class caps and zones, put on the
-        node (``held``: pods of a kind already planned elsewhere); what was taken."""
-        plan: Plan = []
+        node and appended to ``plan`` (``held``: pods of a kind already planned elsewhere); how many."""
+        wanted = want
+        vector = shape.vector
         for kind in shape.kinds:
             if not want:
                 break
-            n = self.placeable(kind, want, caps, held)
+            available = len(kind.items) - held.get(id(kind), 0)
+            if available <= 0 or not kind.zones & self.zones:
+                continue
+            n = min(want, available)
+            if kind.membership:
+                n = self.allowed(kind.membership, n, caps)
             if n <= 0:
                 continue
-            self.add(kind, shape.vector, n)
+            self.add(kind, vector, n)
             plan.append((kind, n))
             want -= n
-        return plan
+        return wanted - want
 
     def used(self, room: Vector) -> list[int]:
         return [r - x for r, x in zip(room, self.residual, strict=True)]
@@ -231,19 +231,18 @@ def fill(
     one each of ``also`` (other pods at most one to a node) while they fit."""
     state = NodeFill(list(room))
     plan: Plan = []
+    # Pods of a kind the opening holds (``first`` and ``also``); a shape in ``order`` is taken once.
     planned: dict[int, int] = {}
 
-    def put(taken: Plan) -> None:
+    def put(shape: Shape, kind: Kind) -> None:
         nonlocal left
-        for kind, n in taken:
-            plan.append((kind, n))
-            planned[id(kind)] = planned.get(id(kind), 0) + n
-            left -= n
+        state.add(kind, shape.vector, 1)
+        plan.append((kind, 1))
+        planned[id(kind)] = planned.get(id(kind), 0) + 1
+        left -= 1
 
     if first is not None:
-        shape, kind = first
-        state.add(kind, shape.vector, 1)
-        put([(kind, 1)])
+        put(*first)
     # Memberships the class caps refused: counts only grow as the node fills, so they stay refused.
     refused: set[Membership] = set()
     for shape, kind in also:
@@ -256,13 +255,12 @@ def fill(
         if state.allowed(kind.membership, 1, caps) <= 0:
             refused.add(kind.membership)
             continue
-        state.add(kind, shape.vector, 1)
-        put([(kind, 1)])
+        put(shape, kind)
     for s in order:
         shape = shapes[s]
         limit = copies_that_fit(shape.vector, state.residual, left)
         if limit:
-            put(state.take(shape, limit, caps, planned))
+            left -= state.take(shape, limit, caps, planned, plan)
     return plan, state.used(room), state.zones
 
 
