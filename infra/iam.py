@@ -1,7 +1,7 @@
 """IAM: the node role, and the controller permissions each function is granted.
 
 The statements themselves, and which function holds which capability, are plain data in the core
-(:mod:`serverless_karpenter.policies`), shared with the local simulator; here they are rendered with the
+(:mod:`serverless_karpenter_stack.policies`), shared with the local simulator; here they are rendered with the
 stack's resources as CDK tokens. Five functions, five roles: the cost is five EKS access entries instead
 of one, each mapped to its own Kubernetes group (``infra/access.py``).
 """
@@ -13,7 +13,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
-from serverless_karpenter import policies
+from serverless_karpenter_stack import policies
 
 from infra.state import StateTable
 
@@ -58,8 +58,8 @@ class NodeRole(Construct):
 
 
 class ControllerPermissions:
-    """Renders :func:`serverless_karpenter.policies.function_statements` into CDK statements, naming this
-    stack's partition, region, account and resources through tokens."""
+    """Renders :func:`serverless_karpenter_stack.policies.function_statements` into CDK statements,
+    naming this stack's partition, region, account and resources through tokens."""
 
     def __init__(
         self,

@@ -21,15 +21,9 @@ from serverless_karpenter.adapters.providers.model import ResolvedNodeClass, Sub
 from serverless_karpenter.api.ec2nodeclass import spec_ami_family
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.labels import CAPACITY_TYPE, INSTANCE_TYPE, ZONE
-from serverless_karpenter.catalog import (
-    KubeletConfig,
-    build_catalog,
-    bundled_snapshot,
-    latest_spot_prices,
-    offered_zones_from_items,
-)
+from serverless_karpenter.catalog import bundled_snapshot
 from serverless_karpenter.catalog.allocatable import AMI_FAMILIES
-from serverless_karpenter.catalog.overlays import Overlays
+from serverless_karpenter.catalog.sources import DescribedCatalog
 from serverless_karpenter.clock import SystemClock
 from serverless_karpenter.provisioning.context import InstanceTypeProvider
 from serverless_karpenter.provisioning.provisioner import (
@@ -38,7 +32,7 @@ from serverless_karpenter.provisioning.provisioner import (
     namespace_labels,
     simulate_provisioning,
 )
-from serverless_karpenter.runtime import CatalogInstanceTypes, SchedulableInstanceType, schedulable_types
+from serverless_karpenter.runtime import CatalogInstanceTypes
 from serverless_karpenter.scheduling.inputs import ManifestSet, classify, nodeclaim_records
 from serverless_karpenter.scheduling.scheduler import SchedulingResult, choose_offering
 from serverless_karpenter.scheduling.volumes import VolumeIndex
@@ -90,50 +84,24 @@ def register(commands: argparse._SubParsersAction) -> None:
 # -- instance types ---------------------------------------------------------------------------------
 
 
-class FileCatalog:
-    """Instance types from a ``--catalog`` file: DescribeInstanceTypes, DescribeInstanceTypeOfferings,
-    DescribeSpotPriceHistory items and on-demand prices. A type with no offering in a zone is not offered
-    there; a type with no spot price has no spot offering."""
-
-    def __init__(
-        self,
-        data: Mapping[str, Any],
-        region: str,
-        overlays: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
-    ) -> None:
-        self.region = region
-        self._overlays = Overlays.from_manifests(overlays() if overlays else ())
-        self._types = list(data.get("InstanceTypes") or [])
-        self._offered = offered_zones_from_items(data.get("InstanceTypeOfferings") or [])
-        self._on_demand = {str(k): float(v) for k, v in (data.get("OnDemandPrices") or {}).items()}
-        self._spot = latest_spot_prices(data.get("SpotPriceHistory") or [])
-
-    def zones(self) -> list[str]:
-        return sorted({z for zones in self._offered.values() for z in zones})
-
-    def instance_types(
-        self, nodeclass: ResolvedNodeClass, spec: Mapping[str, Any]
-    ) -> list[SchedulableInstanceType]:
-        catalog = build_catalog(
-            self._types,
-            self._offered,
-            region=self.region,
-            zones=nodeclass.zones,
-            on_demand_prices=self._on_demand,
-            spot_prices=self._spot,
-            kubelet=KubeletConfig.from_spec((spec.get("spec") or {}).get("kubelet")),
-            ami_family_name=nodeclass.ami_family,
-        )
-        return schedulable_types(catalog, nodeclass, self._overlays)
-
-    def mark_unavailable(self, capacity_type: str, instance_type: str, zone: str, reason: str) -> None:
-        """Nothing launches in a plan."""
-
-    def mark_capacity_type_unavailable(self, capacity_type: str, reason: str) -> None:
-        """Nothing launches in a plan."""
-
-    def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool:
-        return False
+def file_catalog(
+    data: Mapping[str, Any],
+    region: str,
+    overlays: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+) -> tuple[CatalogInstanceTypes, list[str]]:
+    """The live provider over a ``--catalog`` file (see :class:`DescribedCatalog`) and the file's zones:
+    the Lambdas' path, with the file as the snapshot and the prices. The file's spot prices are all there
+    are: a type with none has no spot offering, and nothing launches in a plan."""
+    described = DescribedCatalog.from_document(data, region)
+    provider = CatalogInstanceTypes(
+        region,
+        SystemClock(),
+        catalog_source=described,
+        prices=described,
+        overlays=overlays,
+        model_missing_spot=False,
+    )
+    return provider, described.zones()
 
 
 class _Types:
@@ -253,8 +221,8 @@ def _provider(
         if not isinstance(data, dict) or not isinstance(data.get("InstanceTypes"), list):
             raise PlanError(f'--catalog {args.catalog}: expected a JSON object with an "InstanceTypes" list')
         region = args.region or str(data.get("region") or DEFAULT_REGION)
-        catalog = FileCatalog(data, region, lambda: overlays)
-        return catalog, catalog.zones(), region
+        provider, zones = file_catalog(data, region, lambda: overlays)
+        return provider, zones, region
     region = args.region or DEFAULT_REGION
     try:
         snapshot = bundled_snapshot(region)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from importlib import resources as package_resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from serverless_karpenter.api.common import parse_duration as core_parse_duration
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.manifests import is_karpenter_kind, parse_manifest
 
@@ -16,7 +16,6 @@ from serverless_karpenter_sim.availability import DISRUPTION_PENDING_BOUND_SECON
 from serverless_karpenter_sim.drains import DRAIN_MARGIN_SECONDS
 
 STEP_KINDS = ("wait", "event", "scale", "apply", "delete", "sqs", "fault", "ec2", "patch", "ami", "karpenter")
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
 class ScenarioError(ValueError):
@@ -24,13 +23,17 @@ class ScenarioError(ValueError):
 
 
 def parse_duration(text: str | int | float) -> float:
+    """Seconds: a number, or a duration as Karpenter's fields write them (90s, 5m, 1h30m), read by the
+    core's one duration parser; ``Never`` has no length, so a scenario cannot wait for it."""
     if isinstance(text, int | float):
         return float(text)
-    match = _DURATION.match(text.strip())
-    if not match or not any(match.groups()):
+    try:
+        value = core_parse_duration(text.strip())
+    except ValueError:
+        value = None
+    if value is None:
         raise ValueError(f"{text!r} is not a duration like 90s, 5m or 1h30m")
-    hours, minutes, seconds = (int(g or 0) for g in match.groups())
-    return float(hours * 3600 + minutes * 60 + seconds)
+    return value.total_seconds()
 
 
 class Step(BaseModel):

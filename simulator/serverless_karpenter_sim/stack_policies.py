@@ -1,6 +1,6 @@
 """The controller permissions the CDK stack grants each function's role, for the simulated account.
 
-The statements are the core's (:mod:`serverless_karpenter.policies`), the very data ``infra/iam.py``
+The statements are the stack's (:mod:`serverless_karpenter_stack.policies`), the very data ``infra/iam.py``
 renders into the template, here rendered over the simulated account's names; ``doctor``'s
 Lambda-permissions check then simulates (see :mod:`serverless_karpenter_sim.iam_simulation`) the policies
 a deployed stack holds, scoped to the cluster's resources, region and tags.
@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from serverless_karpenter import naming, policies
+from serverless_karpenter import naming
+from serverless_karpenter_stack import policies
 
 if TYPE_CHECKING:
     from serverless_karpenter_sim.cloud import DeployedStack, SimulatedCloud

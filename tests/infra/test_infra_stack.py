@@ -13,7 +13,7 @@ from aws_cdk.assertions import Match, Template
 from serverless_karpenter import state_schema
 from serverless_karpenter.config import Settings
 from serverless_karpenter.observability import NAMESPACE, SERVICE, MetricName
-from serverless_karpenter.policies import PRE_EXISTING_LAUNCH_RESOURCE_TYPES
+from serverless_karpenter_stack.policies import PRE_EXISTING_LAUNCH_RESOURCE_TYPES
 
 from infra.access import kubernetes_group
 from infra.iam import NODE_MANAGED_POLICIES

@@ -3,9 +3,9 @@ checks them:
 
 - the simulator's roles (``serverless_karpenter_sim.stack_policies``) hold exactly what the template
   grants each function's role, but for CDK's log-group and X-Ray grants: both render the statements of
-  ``serverless_karpenter.policies``, the stack with CDK tokens and the simulator with plain names, and the
-  simulator adds the consume grant CDK's SQS event sources write; so the simulated account is scoped as
-  a deployed one;
+  ``serverless_karpenter_stack.policies``, the stack with CDK tokens and the simulator with plain names,
+  and the simulator adds the consume grant CDK's SQS event sources write; so the simulated account is
+  scoped as a deployed one;
 - every permission `doctor` requires (``serverless_karpenter.doctor.gather.REQUIRED_PERMISSIONS``) is
   allowed by the synthesized template's policies, as IAM's simulator evaluates them, on the resources and
   with the context the doctor supplies: a correctly deployed stack passes the Lambda-permissions check.

@@ -23,7 +23,8 @@ from serverless_karpenter.clock import SystemClock
 from serverless_karpenter.runtime import CatalogInstanceTypes
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.inputs import classify
-from serverless_karpenter_cli.plan import FileCatalog, build_plan
+from serverless_karpenter_cli.plan import build_plan
+from serverless_karpenter_cli.plan import file_catalog as plan_file_catalog
 
 from tests.builders import pod
 
@@ -175,7 +176,9 @@ def q(name: str, quantity: str) -> int:
     return resources.parse(name, quantity)
 
 
-def file_catalog(items: Sequence[Obj], offerings: Mapping[str, Sequence[str]], **extra: Any) -> FileCatalog:
+def file_catalog(
+    items: Sequence[Obj], offerings: Mapping[str, Sequence[str]], **extra: Any
+) -> CatalogInstanceTypes:
     """A ``--catalog`` file's provider: DescribeInstanceTypes items, their zones, on-demand prices (1.0
     unless given) and spot history."""
     data: Obj = {
@@ -188,4 +191,4 @@ def file_catalog(items: Sequence[Obj], offerings: Mapping[str, Sequence[str]], *
         "OnDemandPrices": extra.pop("OnDemandPrices", {name: 1.0 for name in offerings}),
         **extra,
     }
-    return FileCatalog(data, REGION)
+    return plan_file_catalog(data, REGION)[0]

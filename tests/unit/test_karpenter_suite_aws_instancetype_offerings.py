@@ -27,7 +27,7 @@ from serverless_karpenter.catalog.type_info import parse_instance_type_info
 from serverless_karpenter.clock import ManualClock, SystemClock
 from serverless_karpenter.runtime import CatalogInstanceTypes
 from serverless_karpenter.scheduling import resources
-from serverless_karpenter_cli.plan import FileCatalog, offline_nodeclass
+from serverless_karpenter_cli.plan import offline_nodeclass
 
 from tests.unit.karpenter_suite_helpers_selection_aws import (
     OD,
@@ -227,7 +227,7 @@ def test_spot_when_flexible() -> None:
     assert scheduled_on(plan([k8s_pod()], nodepool=nodepool), "p")[wk.CAPACITY_TYPE] == SPOT
 
 
-def _m5_large_spot_only_in_1a() -> FileCatalog:
+def _m5_large_spot_only_in_1a() -> CatalogInstanceTypes:
     history = [
         {
             "AvailabilityZone": "us-east-1a",

@@ -20,6 +20,8 @@ from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.clock import parse_rfc3339, to_rfc3339
 from serverless_karpenter.scheduling import resources
 
+from serverless_karpenter_sim.kubeapi.selectors import requirement_matches
+
 Obj = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -270,26 +272,22 @@ def is_pod_available(pod: Obj, min_ready_seconds: int, now: datetime) -> bool:
 # --- selectors, affinity and taints --------------------------------------------------------------------
 
 
+# The API's operator names as the label-selector syntax spells them (``requirement_matches``).
+_SELECTOR_OPS = {
+    "In": "in",
+    "NotIn": "notin",
+    "Exists": "exists",
+    "DoesNotExist": "!",
+    "Gt": "gt",
+    "Lt": "lt",
+}
+
+
 def expression_matches(operator: str, key: str, values: list[str], labels: Mapping[str, str]) -> bool:
-    """One label-selector or node-selector requirement (In, NotIn, Exists, DoesNotExist, Gt, Lt)."""
-    present = key in labels
-    if operator == "In":
-        return present and labels[key] in values
-    if operator == "NotIn":
-        return not present or labels[key] not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        try:
-            actual, bound = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return actual > bound if operator == "Gt" else actual < bound
-    return False
+    """One label-selector or node-selector requirement (In, NotIn, Exists, DoesNotExist, Gt, Lt), by the
+    API server's matcher; an unknown operator matches nothing."""
+    op = _SELECTOR_OPS.get(operator)
+    return op is not None and requirement_matches(op, key, values, labels)
 
 
 def label_selector_matches(selector: Obj | None, labels: Mapping[str, str]) -> bool:

@@ -8,7 +8,7 @@ Field selectors: ``path=value``, ``path==value``, ``path!=value``, comma-joined;
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,30 @@ def label_value_error(value: str) -> str | None:
     return None
 
 
+def requirement_matches(op: str, key: str, values: Collection[str], labels: Mapping[str, str]) -> bool:
+    """One requirement in apimachinery's semantics (``op``: in, notin, exists, !, gt, lt): a ``notin``
+    also matches labels without the key; ``gt``/``lt`` compare integers and need exactly one value. The
+    one matcher of the simulator: the API server's selectors and the cluster's (scheduler, node
+    selectors, PDBs, workloads, through ``cluster.objects.expression_matches``) both use it."""
+    if op == "in":
+        value = labels.get(key)
+        return value is not None and value in values
+    if op == "notin":
+        return labels.get(key) not in values
+    if op == "exists":
+        return key in labels
+    if op == "!":
+        return key not in labels
+    value = labels.get(key)
+    if value is None or len(values) != 1:
+        return False
+    try:
+        have, want = int(value), int(next(iter(values)))
+    except ValueError:
+        return False
+    return have > want if op == "gt" else have < want
+
+
 @dataclass(frozen=True)
 class Requirement:
     key: str
@@ -55,24 +79,7 @@ class Requirement:
     values: frozenset[str] = frozenset()
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        op = self.op
-        if op == "in":
-            value = labels.get(self.key)
-            return value is not None and value in self.values
-        if op == "notin":
-            return labels.get(self.key) not in self.values
-        if op == "exists":
-            return self.key in labels
-        if op == "!":
-            return self.key not in labels
-        value = labels.get(self.key)
-        if value is None:
-            return False
-        try:
-            have, want = int(value), int(next(iter(self.values)))
-        except ValueError:
-            return False
-        return have > want if op == "gt" else have < want
+        return requirement_matches(self.op, self.key, self.values, labels)
 
 
 LabelSelector = tuple[Requirement, ...]

@@ -53,7 +53,7 @@ class Settings(BaseSettings):
     watcher_poll_seconds: float = 55.0
     watcher_poll_interval_seconds: float = 1.0
 
-    # Lifecycle timeouts (DESIGN §2).
+    # Lifecycle timeouts (docs/architecture.md §2).
     launch_timeout_seconds: int = 300
     registration_timeout_seconds: int = 900
     garbage_collection_grace_seconds: int = 300

@@ -40,6 +40,7 @@ from serverless_karpenter.catalog import (
     load_bundled_catalog,
 )
 from serverless_karpenter.catalog.overlays import Overlays
+from serverless_karpenter.catalog.sources import PriceTable, SnapshotSource
 from serverless_karpenter.clock import Clock, SystemClock
 from serverless_karpenter.config import Settings, load_settings
 from serverless_karpenter.observability import MetricName, MetricUnit, metrics
@@ -85,7 +86,8 @@ class CatalogInstanceTypes:
     """Instance types per node class: the live catalog (bundled when EC2 cannot be read), real prices,
     NodeOverlay prices and capacity, and the unavailable-offerings cache applied at each read.
 
-    With no ``catalog_source`` it reads the bundled snapshot (``plan``, tests). Built catalogs are cached
+    With no ``catalog_source`` it reads the bundled snapshot (``plan``, tests); ``plan --catalog`` gives a
+    file as the source and the prices (``catalog.sources.DescribedCatalog``). Built catalogs are cached
     per (facts, prices, zones, kubelet, AMI family), so a warm invocation only re-applies availability
     and overlays, which are cheap.
     """
@@ -95,13 +97,16 @@ class CatalogInstanceTypes:
         region: str,
         clock: Clock,
         *,
-        catalog_source: LiveCatalogSource | None = None,
-        prices: PriceSource | None = None,
+        catalog_source: SnapshotSource | None = None,
+        prices: PriceTable | None = None,
         unavailable: InMemoryUnavailableOfferings | DynamoDBUnavailableOfferings | None = None,
         overlays: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
         overlay_refresh_seconds: float = 10.0,
+        model_missing_spot: bool = True,
     ) -> None:
         self._region = region
+        # With no spot prices, spot offerings are modelled (EC2's history unread); a file's are complete.
+        self._model_missing_spot = model_missing_spot
         self._clock = clock
         self._source = catalog_source
         self._prices = prices
@@ -137,7 +142,7 @@ class CatalogInstanceTypes:
         if cached is not None and cached[0] is snapshot and cached[1] is on_demand and cached[2] is spot:
             return cached[3]
         built_spot = spot
-        if not built_spot:
+        if not built_spot and self._model_missing_spot:
             built_spot = DEFAULT_SPOT_MODEL.spot_prices(on_demand, snapshot.offered_zones)
         built = build_catalog(
             snapshot.instance_types,

@@ -169,7 +169,8 @@ class NodeClaimStore:
 
 
 class Lease:
-    """A named lease with expiry and a fencing token (DESIGN §1: one writer per cluster decides capacity).
+    """A named lease with expiry and a fencing token (docs/architecture.md §1: one writer per cluster
+    decides capacity).
 
     ``acquire`` succeeds when the lease is free, expired, or already ours; each successful acquisition of
     a free or expired lease increments the fencing token, so a writer that lost its lease can tell.

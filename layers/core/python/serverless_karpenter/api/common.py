@@ -141,6 +141,16 @@ class ResourceModel(SpecModel):
 
     API_VERSION: ClassVar[str]
     KIND: ClassVar[str]
+    # Whether validation refuses a manifest with no metadata.name: users write NodePools, EC2NodeClasses
+    # and NodeOverlays by name, while a NodeClaim may carry only generateName until the API server names it.
+    NAME_REQUIRED: ClassVar[bool] = True
+
+    @field_validator("metadata", check_fields=False)
+    @classmethod
+    def _has_name(cls, metadata: Any) -> Any:
+        if cls.NAME_REQUIRED and isinstance(metadata, ObjectMeta) and not metadata.name:
+            raise RuleError("is required", at=("name",))
+        return metadata
 
     @property
     def name(self) -> str:

@@ -580,13 +580,6 @@ class EC2NodeClass(ResourceModel):
     spec: EC2NodeClassSpec
     status: EC2NodeClassStatus = omitempty(EC2NodeClassStatus)
 
-    @field_validator("metadata")
-    @classmethod
-    def _has_name(cls, metadata: ObjectMeta) -> ObjectMeta:
-        if not metadata.name:
-            raise RuleError("is required", at=("name",))
-        return metadata
-
     def ami_alias(self) -> AMIAlias | None:
         """The alias term, split into its AMI family and version, if the AMIs are selected by alias."""
         return self.spec.parsed_alias()

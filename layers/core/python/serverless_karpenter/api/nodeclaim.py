@@ -43,7 +43,7 @@ CONDITION_TERMINATING = "Terminating"
 
 
 class NodeClaimPhase(StrEnum):
-    """Our durable states of a NodeClaim record (DESIGN §2), in lifecycle order."""
+    """Our durable states of a NodeClaim record (docs/architecture.md §2), in lifecycle order."""
 
     PENDING = "Pending"
     LAUNCHED = "Launched"
@@ -113,6 +113,7 @@ class NodeClaim(ResourceModel):
 
     API_VERSION: ClassVar[str] = "karpenter.sh/v1"
     KIND: ClassVar[str] = "NodeClaim"
+    NAME_REQUIRED: ClassVar[bool] = False
 
     api_version: Literal["karpenter.sh/v1"] = "karpenter.sh/v1"
     kind: Literal["NodeClaim"] = "NodeClaim"

@@ -120,13 +120,6 @@ class NodeOverlay(ResourceModel):
     spec: NodeOverlaySpec
     status: NodeOverlayStatus = omitempty(NodeOverlayStatus)
 
-    @field_validator("metadata")
-    @classmethod
-    def _has_name(cls, metadata: ObjectMeta) -> ObjectMeta:
-        if not metadata.name:
-            raise RuleError("is required", at=("name",))
-        return metadata
-
     def weight_or_zero(self) -> int:
         return self.spec.weight or 0
 

@@ -240,13 +240,6 @@ class NodePool(ResourceModel):
     spec: NodePoolSpec
     status: NodePoolStatus = omitempty(NodePoolStatus)
 
-    @field_validator("metadata")
-    @classmethod
-    def _has_name(cls, metadata: ObjectMeta) -> ObjectMeta:
-        if not metadata.name:
-            raise RuleError("is required", at=("name",))
-        return metadata
-
     # --- accessors ---
 
     @property

@@ -1,4 +1,4 @@
-"""NodeClaimRecord: our durable record of one launch (DESIGN §2)."""
+"""NodeClaimRecord: our durable record of one launch (docs/architecture.md §2)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from operator import attrgetter
 from typing import Any, Protocol, cast
 
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.observability import tracer
 from serverless_karpenter.scheduling import resources
 from serverless_karpenter.scheduling.claim_index import ClaimIndex
 from serverless_karpenter.scheduling.daemonsets import NO_DAEMONS, DaemonGroup, group_of, template_terms
@@ -708,6 +709,8 @@ class Scheduler:
 
     # -- solve -------------------------------------------------------------------------------------
 
+    # A span per solve, without its result (a whole SchedulingResult is no X-Ray metadata).
+    @tracer.capture_method(capture_response=False)
     @without_gc_pauses
     def solve(self, pending: Sequence[Mapping[str, Any]]) -> SchedulingResult:
         states = [

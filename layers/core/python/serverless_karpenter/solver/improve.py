@@ -57,9 +57,10 @@ from serverless_karpenter.scheduling.scheduler import (
 )
 from serverless_karpenter.scheduling.validate import Replay, daemon_groups_by_type
 from serverless_karpenter.scheduling.volumes import VolumeIndex
+from serverless_karpenter.solver.adaptive import best_packing
 from serverless_karpenter.solver.bound import dual_bound, owner_priced_bound
 from serverless_karpenter.solver.constraints import NodeClass, memberships, pod_constraints, zone_bound
-from serverless_karpenter.solver.packing import ANY_ZONE, Membership, NodeOption, Vector, best_packing, fits
+from serverless_karpenter.solver.packing import ANY_ZONE, Membership, NodeOption, PackProblem, Vector, fits
 
 # The time the solver may take grows with the batch (0.4 ms a pod, at least 0.2 s) up to 1.5 s, so small
 # batches stay fast and a 5,000-pod burst still places at well over 1,000 pods/s end to end.
@@ -484,18 +485,8 @@ def _repack(
         return option.price / value if value > 0 else float("inf")
 
     candidates = sorted(options, key=lambda o: (ratio(o), o.price))[:CANDIDATE_TYPES]
-    packed = best_packing(
-        group_vectors,
-        group_membership,
-        caps,
-        candidates,
-        options,
-        deadline,
-        weights,
-        exclusive,
-        pod_zones,
-        min_nodes,
-    )
+    problem = PackProblem(group_vectors, group_membership, caps, options, pod_zones)
+    packed = best_packing(problem, candidates, deadline, weights, exclusive, min_nodes)
     if packed is None:
         return None
     nodes, _ = packed

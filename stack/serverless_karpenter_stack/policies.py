@@ -3,8 +3,9 @@
 Written once, here, and rendered twice: the CDK stack (``infra/iam.py``) grants them with CDK tokens for
 its resources, and the local simulator (``serverless_karpenter_sim.stack_policies``) puts them on its
 seeded roles with the simulated account's names, so that ``doctor``'s permission check simulates the
-very policies a deployed stack holds. They live in the core because the simulator ships without CDK but
-with the core; ``tests/infra/test_sim_policies_match_stack.py`` checks both renderings against each other.
+very policies a deployed stack holds. They live outside the Lambda layer (no function reads them) and
+outside ``infra/`` (the simulator ships without CDK); ``tests/infra/test_sim_policies_match_stack.py``
+checks both renderings against each other.
 
 Each function has its own role holding only the capabilities it uses (:data:`FUNCTION_CAPABILITIES`).
 One shared role would be simpler, but then the watcher, which runs every minute and only reads pods,
