@@ -57,3 +57,29 @@ def test_a_burst_larger_than_the_socket_buffers_settles_and_is_read_in_full(serv
     assert names == [f"cm-{i:03d}" for i in range(BURST)]
     response.release_conn()
     api.close()
+
+
+def test_a_watch_that_ends_with_a_backlog_unread_is_seen_ended(server: KubeApiServer) -> None:
+    clock = server.clock
+    assert isinstance(clock, ManualClock)
+    api = client.ApiClient(server.client_configuration())
+    request = api.param_serialize(
+        method="GET",
+        resource_path="/api/v1/namespaces/default/configmaps",
+        query_params=[("watch", "true"), ("timeoutSeconds", 60)],
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(*request).response
+    assert server.watches.settle(timeout=5.0)
+    for i in range(BURST):
+        server.store.create(
+            CONFIG_MAPS, "default", {"metadata": {"name": f"cm-{i:03d}"}, "data": {"v": PAYLOAD}}
+        )
+    assert server.watches.settle(timeout=5.0)
+    clock.advance(61)  # the watch's deadline passes while the client has read nothing
+    (stream,) = server.watches.settle(timeout=5.0).values()
+    assert stream.done and stream.lines == BURST
+    body = response.read()  # every event, then the end of the stream
+    assert body.count(b"\n") == BURST
+    api.close()

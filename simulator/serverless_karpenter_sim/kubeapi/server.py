@@ -595,15 +595,16 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 api.watches.sent(stream, lines, cursor=cursor, checked=now)
             writer.put(b"0\r\n\r\n")
-            writer.close()
-            if writer.failed:
-                self.close_connection = True
         except OSError:
             self.close_connection = True
         finally:
+            # Ended once its end is queued: the writer may wait on the client to read a backlog, and the
+            # client reads on its turn, after the settle that must see this stream ended.
+            api.watches.close(stream)
             if writer is not None:
                 writer.close()
-            api.watches.close(stream)
+                if writer.failed:
+                    self.close_connection = True
 
     def _hold(self, seconds: float) -> bool:
         """Answer nothing for ``seconds``; True when the client hung up first (its read timeout fired)."""
