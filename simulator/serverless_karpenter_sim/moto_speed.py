@@ -18,12 +18,19 @@ parts of it grow faster than the cluster:
   JSON (strings, numbers as strings, booleans, nested maps and lists of the same; no binary, which
   would need base64) it is written as it is. Anything else takes moto's own path.
 
-Importing this module installs both in this process (:mod:`serverless_karpenter_sim.cloud` imports it).
+- **DynamoDB Query on a table's own key.** moto gathers a Query's candidates by walking every item of the
+  table (every partition: NodeClaims, idempotency records, unavailable offerings, the catalog) and
+  comparing each one's hash key, for every page. The items of one partition are the table's map under that
+  hash key, so a Query on the table (not an index) of a table with a sort key reads that map alone. Paging,
+  sorting, filters and projections stay moto's own.
+
+Importing this module installs them in this process (:mod:`serverless_karpenter_sim.cloud` imports it).
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -117,10 +124,42 @@ def _register_parser(module: ModuleType) -> None:
     setattr(parser, _INSTALLED, True)
 
 
+_partition = threading.local()  # the hash key of the Query under way on this thread, for all_items()
+
+
+def _register_partition_query(module: ModuleType) -> None:
+    table_class = module.Table
+    if getattr(table_class, _INSTALLED, False):
+        return
+    query, all_items = table_class.query, table_class.all_items
+
+    def partition_query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        # moto's own call passes index_name eighth, positionally; a caller may name it.
+        index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
+        if index_name is None and hash_key is not None and self.range_key_attr:
+            _partition.key = hash_key
+        try:
+            return query(self, hash_key, *args, **kwargs)
+        finally:
+            _partition.key = None
+
+    def partition_items(self: Any) -> list[Any]:
+        key = getattr(_partition, "key", None)
+        if key is None:
+            return list(all_items(self))
+        _partition.key = None  # the Query's one walk over its candidates
+        return list(self.items.get(key, {}).values())
+
+    table_class.query = partition_query
+    table_class.all_items = partition_items
+    setattr(table_class, _INSTALLED, True)
+
+
 def install() -> None:
     when_imported("moto.core.parse", _register_parser)
     when_imported("moto.core.serialize", _register_serializer)
     when_imported("moto.ec2.models.core", _register_tags)
+    when_imported("moto.dynamodb.models.table", _register_partition_query)
 
 
 install()

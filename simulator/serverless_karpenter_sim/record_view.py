@@ -3,9 +3,10 @@
 The loop's observers (the timeline, node budgets, availability) each read the live records every tick.
 Read in full, each read carried every record's body through moto and botocore and parsed it with pydantic:
 about 2 ms a record, so three readers at 1,000 nodes spent seconds a tick on records that had not changed.
-Here one Query a tick projects only the name, state and version of the live records; the bodies of those
-whose version moved are fetched with BatchGetItem and parsed once. Every write bumps ``version`` (each
-transition is a conditional update on it), so an unchanged version is an unchanged record.
+Here one look a tick at moto's table, in this process, reads only the name, state and version of the live
+records; the bodies of those whose version moved are fetched with BatchGetItem and parsed once. Every
+write bumps ``version`` (each transition is a conditional update on it), so an unchanged version is an
+unchanged record.
 
 This is the simulator looking on from outside, signed as the account's operator; the control plane's own
 reads are untouched, and faults armed for a Lambda never fire on it (they only hook invocations).
@@ -20,6 +21,8 @@ from serverless_karpenter import state_schema as schema
 from serverless_karpenter.adapters.state_store import NodeClaimStore
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 
+from serverless_karpenter_sim.cloud import ACCOUNT
+
 _BATCH_GET_LIMIT = 100  # DynamoDB's BatchGetItem takes at most 100 keys
 
 
@@ -33,7 +36,8 @@ class RecordView:
         self._parsed: dict[str, NodeClaimRecord] = {}  # name -> the newest body read, live ones only
         self._live: list[NodeClaimRecord] | None = None
         self._read_at: object = None
-        self.queries = 0  # DynamoDB requests this view made: Query pages and BatchGetItem calls
+        self.queries = 0  # DynamoDB requests this view made: BatchGetItem calls
+        self.scans = 0  # looks at the versions in moto's model
         self.parsed = 0  # record bodies parsed
 
     def list_live(self) -> list[NodeClaimRecord]:
@@ -44,29 +48,28 @@ class RecordView:
             self._read_at = generation
         return list(self._live)
 
-    def _read(self) -> list[NodeClaimRecord]:
+    def _versions(self) -> dict[str, int]:
+        """name -> version of the live records, in the partition's (sort key) order, read from moto's
+        DynamoDB model in this process: the simulator's own look, as the kubelets read moto's EC2 model
+        (``cloud_instances.py``). A projected Query through the API cost a request, moto's generic
+        serializer and botocore's parser on every record, every tick: O(nodes) a tick for nothing."""
+        from moto.dynamodb.models import dynamodb_backends
+        from moto.dynamodb.models.dynamo_type import DynamoType
+
+        table = dynamodb_backends[ACCOUNT][self._ddb.meta.region_name].get_table(self._table)
+        # The main thread is moto's only client while the loop's observers run; list() guards a resize.
+        partition = table.items.get(DynamoType({"S": schema.NODECLAIM_PARTITION})) or {}
         versions: dict[str, int] = {}
-        paginator = self._ddb.get_paginator("query")
-        for page in paginator.paginate(
-            TableName=self._table,
-            KeyConditionExpression="#pk = :pk",
-            FilterExpression="#state <> :terminated",
-            ProjectionExpression="#sk, #version",
-            ExpressionAttributeNames={
-                "#pk": schema.PARTITION_KEY,
-                "#sk": schema.SORT_KEY,
-                "#state": "state",
-                "#version": "version",
-            },
-            ExpressionAttributeValues={
-                ":pk": {"S": schema.NODECLAIM_PARTITION},
-                ":terminated": {"S": NodeClaimState.TERMINATED.value},
-            },
-            ConsistentRead=True,
-        ):
-            self.queries += 1
-            for item in page.get("Items", []):
-                versions[item[schema.SORT_KEY]["S"]] = int(item["version"]["N"])
+        for item in sorted(list(partition.values()), key=lambda i: str(i.attrs[schema.SORT_KEY].value)):
+            state = item.attrs.get("state")
+            if state is not None and state.value == NodeClaimState.TERMINATED.value:
+                continue
+            versions[str(item.attrs[schema.SORT_KEY].value)] = int(item.attrs["version"].value)
+        self.scans += 1
+        return versions
+
+    def _read(self) -> list[NodeClaimRecord]:
+        versions = self._versions()
         stale = [n for n, v in versions.items() if n not in self._parsed or self._parsed[n].version != v]
         fresh = self._fetch(stale)
         kept = {n: r for n, r in self._parsed.items() if n in versions}

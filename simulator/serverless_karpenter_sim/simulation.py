@@ -231,14 +231,18 @@ class Simulation:
         self.ec2 = ec2
         self.sqs = self.cloud.client("sqs")
         self.faults.hook_ledger()
-        self.controllers = WorkloadControllers(clients["controllers"])
-        self.scheduler = KubeScheduler(clients["scheduler"])
+        # The cluster's actors read through informers on the API server's change feed, as the real ones
+        # watch; they write over HTTP as their own users.
+        store = self.kube_server.store
+        self.controllers = WorkloadControllers(clients["controllers"], store=store)
+        self.scheduler = KubeScheduler(clients["scheduler"], store=store)
         self.kubelets = KubeletFleet(
             clients["kubelets"],
             MotoInstances(ec2, self.cluster_name, self.clock),
             catalog_shapes(REGION),
             boot_delay=self.schedule.boot_delay,
             ready_delay=self.schedule.ready_delay,
+            store=store,
         )
         self._started = True
         self.note(f"cluster {self.cluster_name} up: moto at {res.endpoint_url}, kube-apiserver at {url}")

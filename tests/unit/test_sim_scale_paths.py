@@ -122,6 +122,7 @@ def test_the_records_view_reads_a_body_once_per_version(aws: None) -> None:
     assert live == store.list_live() and [r.name for r in live] == ["default-a", "default-b"]
     assert live[1].state == NodeClaimState.LAUNCHED
     assert view.parsed == 4  # only default-b's new version was read again
+    assert view.queries == requests + 1  # one BatchGetItem for it; the versions were read in process
 
 
 def test_a_prefix_search_over_sorted_parameters_agrees_with_a_walk_over_all() -> None:

@@ -19,10 +19,10 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.clock import parse_rfc3339, to_rfc3339
 
+from serverless_karpenter_sim.cluster.informer import InformedRest
 from serverless_karpenter_sim.cluster.kubelet import RUN_SECONDS_ANNOTATION
 from serverless_karpenter_sim.cluster.objects import (
     NODES_PATH,
-    KubeRest,
     Obj,
     apps_path,
     batch_path,
@@ -50,6 +50,7 @@ from serverless_karpenter_sim.cluster.objects import (
     timestamp,
     uid_of,
 )
+from serverless_karpenter_sim.kubeapi.store import Store
 
 POD_TEMPLATE_HASH = "pod-template-hash"
 DEFAULT_REVISION_HISTORY_LIMIT = 10
@@ -171,8 +172,10 @@ class WorkloadControllers:
         *,
         seed: int = 0,
         job_pod_duration: float | None = None,
+        store: Store | None = None,
     ) -> None:
-        self._rest = KubeRest(api_client)
+        # Its LISTs from informers on ``store``'s change feed when given (``cluster/informer.py``).
+        self._rest = InformedRest(api_client, store)
         self._rng = random.Random(seed)
         self.job_pod_duration = job_pod_duration
 

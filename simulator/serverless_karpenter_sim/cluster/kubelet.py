@@ -30,6 +30,7 @@ from kubernetes.client import ApiClient
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.clock import parse_rfc3339, to_rfc3339
 
+from serverless_karpenter_sim.cluster.informer import InformedRest
 from serverless_karpenter_sim.cluster.node_lifecycle import (
     NODE_MONITOR_GRACE_PERIOD,
     KubeletState,
@@ -38,7 +39,6 @@ from serverless_karpenter_sim.cluster.node_lifecycle import (
 )
 from serverless_karpenter_sim.cluster.objects import (
     NODES_PATH,
-    KubeRest,
     Obj,
     condition,
     is_deleting,
@@ -53,6 +53,7 @@ from serverless_karpenter_sim.cluster.objects import (
     uid_of,
     with_condition,
 )
+from serverless_karpenter_sim.kubeapi.store import Store
 
 # A pod with this annotation "exits 0" after running that many seconds (the Job controller sets it when it
 # is given a job_pod_duration); pods without it run until deleted.
@@ -310,8 +311,10 @@ class KubeletFleet:
         pod_start_delay: float = 2.0,
         kubelet_version: str = KUBELET_VERSION,
         node_monitor_grace_period: float = NODE_MONITOR_GRACE_PERIOD.total_seconds(),
+        store: Store | None = None,
     ) -> None:
-        self._rest = KubeRest(api_client)
+        # Its LISTs from informers on ``store``'s change feed when given (``cluster/informer.py``).
+        self._rest = InformedRest(api_client, store)
         self.node_lifecycle = NodeLifecycleController(
             self._rest, grace_period=timedelta(seconds=node_monitor_grace_period)
         )

@@ -23,9 +23,9 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from serverless_karpenter.scheduling import resources
 
+from serverless_karpenter_sim.cluster.informer import InformedRest
 from serverless_karpenter_sim.cluster.objects import (
     NODES_PATH,
-    KubeRest,
     Obj,
     condition,
     first_untolerated_taint,
@@ -49,6 +49,7 @@ from serverless_karpenter_sim.cluster.objects import (
     uid_of,
     with_condition,
 )
+from serverless_karpenter_sim.kubeapi.store import Store
 
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 HOSTNAME_KEY = "kubernetes.io/hostname"
@@ -877,8 +878,10 @@ class Scheduler:
         scheduler_name: str = DEFAULT_SCHEDULER_NAME,
         seed: int = 0,
         retry_interval: float = 60.0,
+        store: Store | None = None,
     ) -> None:
-        self._rest = KubeRest(api_client)
+        # Its LISTs from informers on ``store``'s change feed when given (``cluster/informer.py``).
+        self._rest = InformedRest(api_client, store)
         self.scoring: ScoringStrategy = scoring
         self.scheduler_name = scheduler_name
         self._rng = random.Random(seed)

@@ -50,6 +50,7 @@ from .faults import FaultInjector, FaultRule
 from .kinds import Kind
 from .rbac import SUPERUSER_GROUP
 from .store import Page, Query, Result, Store, render
+from .watch_writer import ChunkWriter
 from .watches import WatchRegistry
 
 log = logging.getLogger(__name__)
@@ -163,6 +164,11 @@ def _list_response(kind: Kind, page: Page) -> _Response:
 
 def _watch_line(event_type: str, result: Result) -> bytes:
     return b'{"type":"' + event_type.encode() + b'","object":' + render(result) + b"}\n"
+
+
+def _framed(data: bytes) -> bytes:
+    """One chunk of a chunked transfer encoding."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def _bookmark_line(kind: Kind, resource_version: int) -> bytes:
@@ -512,7 +518,7 @@ class _Handler(BaseHTTPRequestHandler):
     # --- watch ------------------------------------------------------------------------------------------
 
     def _chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.write(_framed(data))
 
     def _serve_watch(
         self, kind: Kind, namespace: str | None, params: Mapping[str, str], user: str, *, drop: bool
@@ -533,6 +539,7 @@ class _Handler(BaseHTTPRequestHandler):
             encode = kubectl_support.TableWatchEncoder(kind, api.clock, params).line
         bookmarks = params.get("allowWatchBookmarks") in ("true", "1") and not table
         stream = api.watches.open(audit_id, user, kind.plural)
+        writer: ChunkWriter | None = None
         try:
             try:
                 initial, cursor = store.watch_start(query, params.get("resourceVersion"))
@@ -550,13 +557,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"%x\r\n%s" % (len(line), line[: max(1, len(line) // 2)]))
                 self._abort()
                 return
+            # From here the chunks go through a writer of their own (``watch_writer.py``): a burst larger
+            # than the socket's buffers must not hold the stream back from catching up.
+            writer = ChunkWriter(self.wfile.write)
             if initial:
-                self._chunk(b"".join(encode(t, r) for t, r in initial))
+                writer.put(_framed(b"".join(encode(t, r) for t, r in initial)))
             api.watches.sent(stream, len(initial), cursor=cursor, checked=None)
             wall_deadline = time.monotonic() + timeout
             virtual_deadline = api.clock.now() + timedelta(seconds=timeout)
             next_bookmark = _next_bookmark(api.clock.now(), virtual_deadline) if bookmarks else None
-            while not store.closed:
+            while not store.closed and not writer.failed:
                 pokes = store.pokes
                 remaining = wall_deadline - time.monotonic()
                 now = api.clock.now()
@@ -567,7 +577,7 @@ class _Handler(BaseHTTPRequestHandler):
                         query, cursor, min(remaining, _WATCH_POLL_SECONDS), pokes
                     )
                 except ApiError as err:
-                    self._chunk(_watch_line("ERROR", err.status()))
+                    writer.put(_framed(_watch_line("ERROR", err.status())))
                     api.watches.sent(stream, 1, cursor=cursor, checked=now)
                     break
                 lines = len(events)
@@ -579,16 +589,22 @@ class _Handler(BaseHTTPRequestHandler):
                     lines += 1
                     next_bookmark = _next_bookmark(now, virtual_deadline)
                 if data:
-                    self._chunk(data)
-                elif self._client_gone():
+                    writer.put(_framed(data))
+                elif writer.idle and self._client_gone():  # not while the writer uses the connection
                     self.close_connection = True
                     return
                 api.watches.sent(stream, lines, cursor=cursor, checked=now)
-            self.wfile.write(b"0\r\n\r\n")
+            writer.put(b"0\r\n\r\n")
         except OSError:
             self.close_connection = True
         finally:
+            # Ended once its end is queued: the writer may wait on the client to read a backlog, and the
+            # client reads on its turn, after the settle that must see this stream ended.
             api.watches.close(stream)
+            if writer is not None:
+                writer.close()
+                if writer.failed:
+                    self.close_connection = True
 
     def _hold(self, seconds: float) -> bool:
         """Answer nothing for ``seconds``; True when the client hung up first (its read timeout fired)."""

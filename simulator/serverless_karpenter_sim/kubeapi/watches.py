@@ -30,7 +30,7 @@ class WatchStream:
     audit_id: str
     user: str
     resource: str
-    lines: int = 0  # event lines written, bookmarks and ERROR events included
+    lines: int = 0  # event lines committed to the stream (bookmarks, ERRORs included); the write may lag
     cursor: int = 0  # every event up to this resourceVersion has been considered
     checked: datetime | None = None  # the virtual time at which it last looked at its deadline
     done: bool = False  # ended (timed out, errored, or cut): the terminating chunk is written
