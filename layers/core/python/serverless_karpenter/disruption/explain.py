@@ -92,7 +92,7 @@ def explain_node(snapshot: Snapshot, name: str, options: Options) -> NodeExplana
         # Single-candidate methods are asked about this node alone, so another node's command cannot
         # hide it; multi-node consolidation needs the others.
         scope = pool if method == m.MULTI else [candidate]
-        found = m.METHOD_FUNCTIONS[method](snapshot, scope, options, evaluation)
+        found = m.BY_NAME[method].compute_command(snapshot, scope, options, evaluation)
         if found is not None and record.name in found.names():
             out.acting = f"{method}: {found.action} {', '.join(found.names())} ({found.detail})"
             out.lines.append(f"  {method}: would {found.action} ({found.detail})")

@@ -395,10 +395,7 @@ def _records_by_name(plane: ControlPlane) -> dict[str, NodeClaimRecord]:
 
 def expire(plane: ControlPlane, snapshot: Snapshot, pool: Sequence[Candidate], run: DisruptionRun) -> None:
     """Expiration is forceful: no budgets, no validation; the terminator still honours PDBs."""
-    for candidate in pool:
-        overdue = expired(candidate.record, candidate.nodepool, snapshot.now)
-        if overdue is None:
-            continue
+    for candidate, _ in m.Expiration().due(snapshot, pool):
         logger.info(
             Msg.DISRUPTING_NODECLAIMS.format(method=m.EXPIRATION),
             extra={"decision": "delete", "nodeclaims": [candidate.name], "node": candidate.node_name},
