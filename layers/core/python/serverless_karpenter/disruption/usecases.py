@@ -38,11 +38,9 @@ from serverless_karpenter.adapters.state_store import ConflictError, Lease
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.nodepool import NodePool
-from serverless_karpenter.clock import to_rfc3339
 from serverless_karpenter.disruption import methods as m
 from serverless_karpenter.disruption.budgets import REASON_EXPIRED
 from serverless_karpenter.disruption.candidates import (
-    COMMAND_ANNOTATION,
     REPLACEMENT_FOR_ANNOTATION,
     Candidate,
     InstanceNetwork,
@@ -52,7 +50,13 @@ from serverless_karpenter.disruption.candidates import (
     expired,
     in_command,
     observe_pod_events,
-    pending_command,
+)
+from serverless_karpenter.disruption.command import (
+    STAGE_REPLACING,
+    STAGE_VALIDATING,
+    DisruptionCommand,
+    read_command,
+    with_command,
 )
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.lifecycle.nodeclaim_writer import NodeClaimObjects
@@ -74,8 +78,6 @@ LEASE_NAME = "disruption"
 LEASE_SECONDS = 120.0
 # A pass that acted is followed at once, yet never in a tight loop against the API server.
 MIN_SLEEP_SECONDS = 1.0
-STAGE_VALIDATING = "validating"
-STAGE_REPLACING = "replacing"
 
 
 @dataclass
@@ -292,13 +294,10 @@ def _log_decision(command: m.Command, stage: str) -> None:
     )
 
 
-def _mark(plane: ControlPlane, records: Sequence[NodeClaimRecord], command: dict[str, Any] | None) -> bool:
+def _mark(plane: ControlPlane, records: Sequence[NodeClaimRecord], command: DisruptionCommand | None) -> bool:
     ok = True
     for record in records:
-        annotations = {k: v for k, v in record.annotations.items() if k != COMMAND_ANNOTATION}
-        if command is not None:
-            annotations[COMMAND_ANNOTATION] = json.dumps(command, sort_keys=True)
-        ok = _save(plane, record, annotations) is not None and ok
+        ok = _save(plane, record, with_command(record, command)) is not None and ok
     return ok
 
 
@@ -377,9 +376,9 @@ def _wake(wake: Wake, payload: dict[str, object]) -> None:
 
 
 def _delete(
-    plane: ControlPlane, command: m.Command | dict[str, Any], records: Sequence[NodeClaimRecord]
+    plane: ControlPlane, command: m.Command | DisruptionCommand, records: Sequence[NodeClaimRecord]
 ) -> None:
-    method = command.method if isinstance(command, m.Command) else str(command["method"])
+    method = command.method
     reason = m.BUDGET_REASON.get(method, REASON_EXPIRED)
     for record in records:
         try:
@@ -408,18 +407,21 @@ def expire(plane: ControlPlane, snapshot: Snapshot, pool: Sequence[Candidate], r
         run.expired.append(candidate.name)
 
 
-def _decided_at(command: Mapping[str, Any]) -> datetime:
-    return datetime.fromisoformat(str(command["decided_at"]).replace("Z", "+00:00"))
+def _validation_due(command: DisruptionCommand, now: datetime, options: Options) -> timedelta:
+    """How long until the command's validation is due (due at once when its decision time is lost)."""
+    if command.decided_at is None:
+        return timedelta(0)
+    return command.decided_at + options.validation_delay - now
 
 
-def commands_under_way(snapshot: Snapshot) -> dict[str, tuple[dict[str, Any], list[NodeClaimRecord]]]:
+def commands_under_way(snapshot: Snapshot) -> dict[str, tuple[DisruptionCommand, list[NodeClaimRecord]]]:
     """Command id -> (the command, its candidates' records not yet deleting)."""
-    groups: dict[str, tuple[dict[str, Any], list[NodeClaimRecord]]] = {}
+    groups: dict[str, tuple[DisruptionCommand, list[NodeClaimRecord]]] = {}
     for record in snapshot.records:
-        command = pending_command(record)
+        command = read_command(record)
         if command is None or record.is_deleting or record.state == NodeClaimState.TERMINATED:
             continue
-        groups.setdefault(str(command.get("id")), (command, []))[1].append(record)
+        groups.setdefault(command.id, (command, []))[1].append(record)
     return groups
 
 
@@ -436,12 +438,11 @@ def advance_commands(
         if current is None:
             continue  # abandoned or carried out by an earlier step of this pass
         command, records = current
-        stage = command.get("stage", STAGE_VALIDATING)
         acted = (len(run.executed), len(run.aborted), len(run.replacements))
-        if stage == STAGE_VALIDATING:
-            if snapshot.now - _decided_at(command) >= options.validation_delay:
+        if command.validating:
+            if _validation_due(command, snapshot.now, options) <= timedelta(0):
                 validate(plane, snapshot, options, command_id, command, records, run, wake)
-        elif stage == STAGE_REPLACING:
+        elif command.replacing:
             finish_replacement(plane, snapshot, options, command_id, command, records, run, wake)
         if (len(run.executed), len(run.aborted), len(run.replacements)) != acted:
             snapshot = take_snapshot(plane, network=False)
@@ -452,7 +453,7 @@ def validate(
     snapshot: Snapshot,
     options: Options,
     command_id: str,
-    command: dict[str, Any],
+    command: DisruptionCommand,
     records: list[NodeClaimRecord],
     run: DisruptionRun,
     wake: Wake,
@@ -467,26 +468,22 @@ def validate(
     view = dataclasses.replace(
         snapshot,
         records=[
-            r.model_copy(
-                update={"annotations": {k: v for k, v in r.annotations.items() if k != COMMAND_ANNOTATION}}
-            )
-            if r.name in names
-            else r
+            r.model_copy(update={"annotations": with_command(r, None)}) if r.name in names else r
             for r in snapshot.records
         ],
     )
     pool, _ = candidates(view)
     pool = [c for c in pool if c.name in names]
-    evaluation = m.evaluate(view, pool, options, methods=(str(command["method"]),))
+    evaluation = m.evaluate(view, pool, options, methods=(command.method,))
     fresh = evaluation.command
-    expected_names = sorted(command.get("candidates") or [])
-    if command["method"] == m.EMPTINESS:
+    expected_names = sorted(command.candidates)
+    if command.method == m.EMPTINESS:
         holds = fresh is not None and set(fresh.names()) <= set(expected_names)
     else:
         holds = (
             fresh is not None
             and fresh.names() == expected_names
-            and fresh.action == command.get("action")
+            and fresh.action == command.action
             and len(pool) == len(names)
         )
     if fresh is None or not holds:
@@ -496,11 +493,11 @@ def validate(
         )
         logger.info(
             "abandoning disruption command, validation failed",
-            extra={"method": command["method"], "nodeclaims": expected_names, "reason": why},
+            extra={"method": command.method, "nodeclaims": expected_names, "reason": why},
         )
         emit_dimensioned(MetricName.DISRUPTION_BLOCKED, 1, {"Reason": "ValidationFailed"})
         _abandon(plane, records)
-        run.aborted.append(f"{command['method']}: {', '.join(expected_names)}")
+        run.aborted.append(f"{command.method}: {', '.join(expected_names)}")
         return
     dropped = [r for r in records if r.name not in set(fresh.names())]
     if dropped:
@@ -513,7 +510,7 @@ def execute(
     snapshot: Snapshot,
     command: m.Command,
     command_id: str,
-    marker: dict[str, Any],
+    marker: DisruptionCommand,
     run: DisruptionRun,
     wake: Wake,
 ) -> None:
@@ -539,12 +536,9 @@ def execute(
     _mark(
         plane,
         current,
-        {
-            **marker,
-            "stage": STAGE_REPLACING,
-            "replacements": launched,
-            "replacing_since": to_rfc3339(snapshot.now),
-        },
+        marker.model_copy(
+            update={"stage": STAGE_REPLACING, "replacements": launched, "replacing_since": snapshot.now}
+        ),
     )
     run.replacements.extend(launched)
 
@@ -554,7 +548,7 @@ def finish_replacement(
     snapshot: Snapshot,
     options: Options,
     command_id: str,
-    command: dict[str, Any],
+    command: DisruptionCommand,
     records: list[NodeClaimRecord],
     run: DisruptionRun,
     wake: Wake,
@@ -563,31 +557,32 @@ def finish_replacement(
     Still coming up: wake the provisioner, whose lifecycle reconcile registers and initializes them, so
     each step follows its node's progress rather than the provisioner's next scheduled run."""
     by_name = {r.name: r for r in snapshot.records}
-    replacements = [by_name.get(n) for n in command.get("replacements") or []]
-    since = datetime.fromisoformat(str(command.get("replacing_since")).replace("Z", "+00:00"))
+    replacements = [by_name.get(n) for n in command.replacements or []]
+    since = command.replacing_since
     failed = any(r is None or r.is_deleting or r.state == NodeClaimState.TERMINATED for r in replacements)
-    if failed or snapshot.now - since > options.replacement_timeout:
+    # A replacing command that lost when it began cannot time out: abandoned as one that has.
+    if failed or since is None or snapshot.now - since > options.replacement_timeout:
         logger.warning(
             "abandoning disruption command, replacement not initialized",
-            extra={"method": command["method"], "nodeclaims": command.get("candidates")},
+            extra={"method": command.method, "nodeclaims": command.candidates},
         )
         emit_dimensioned(MetricName.DISRUPTION_BLOCKED, 1, {"Reason": "ReplacementFailed"})
         _abandon(plane, records)
-        run.aborted.append(f"{command['method']}: replacement failed")
+        run.aborted.append(f"{command.method}: replacement failed")
         return
     if all(r is not None and r.state == NodeClaimState.INITIALIZED for r in replacements):
         logger.info(
-            Msg.DISRUPTING_NODECLAIMS.format(method=command["method"]),
+            Msg.DISRUPTING_NODECLAIMS.format(method=command.method),
             extra={
                 "decision": "replace",
                 "stage": "replacements initialized",
-                "nodeclaims": command.get("candidates"),
+                "nodeclaims": command.candidates,
             },
         )
         _delete(plane, command, records)
-        run.executed.append(f"{command['method']}: replace {', '.join(sorted(r.name for r in records))}")
+        run.executed.append(f"{command.method}: replace {', '.join(sorted(r.name for r in records))}")
         return
-    _wake(wake, {"reason": "disruption-replacements", "nodeclaims": list(command.get("replacements") or [])})
+    _wake(wake, {"reason": "disruption-replacements", "nodeclaims": list(command.replacements or [])})
 
 
 # The blockers Karpenter reports as a DisruptionBlocked Event on the Node: what it checks of the node and
@@ -763,15 +758,15 @@ def decide(
     if command is None:
         return
     command_id = secrets.token_hex(4)
-    marker = {
-        "id": command_id,
-        "method": command.method,
-        "action": command.action,
-        "candidates": command.names(),
-        "decided_at": snapshot.now.isoformat(),
-        "stage": STAGE_VALIDATING,
-        "detail": command.detail,
-    }
+    marker = DisruptionCommand(
+        id=command_id,
+        method=command.method,
+        action=command.action,
+        candidates=command.names(),
+        decided_at=snapshot.now,
+        stage=STAGE_VALIDATING,
+        detail=command.detail,
+    )
     if not _mark(plane, [c.record for c in command.candidates], marker):
         return  # a record moved on since the snapshot; the next pass decides on the new state
     _log_decision(command, STAGE_VALIDATING if command.method != m.DRIFT else "executing")
@@ -791,8 +786,8 @@ def _next_pass(snapshot: Snapshot, pool: Sequence[Candidate], options: Options, 
         return 0.0
     due = [options.poll_interval]
     for command, _ in commands_under_way(snapshot).values():
-        if command.get("stage", STAGE_VALIDATING) == STAGE_VALIDATING:
-            due.append(_decided_at(command) + options.validation_delay - snapshot.now)
+        if command.validating:
+            due.append(_validation_due(command, snapshot.now, options))
     for candidate in pool:
         after = candidate.nodepool.consolidate_after_timedelta()
         if after is not None and candidate.last_pod_event + after > snapshot.now:
@@ -872,7 +867,7 @@ def disruption_outstanding(plane: ControlPlane, options: Options | None = None) 
     under_way = commands_under_way(snapshot)
     if under_way:
         marker, records = next(iter(under_way.values()))
-        return f"{marker.get('method')} command under way for {', '.join(sorted(r.name for r in records))}"
+        return f"{marker.method} command under way for {', '.join(sorted(r.name for r in records))}"
     pool, _ = candidates(snapshot)
     for candidate in pool:
         if expired(candidate.record, candidate.nodepool, snapshot.now) is not None:

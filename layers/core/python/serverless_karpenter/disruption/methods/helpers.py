@@ -16,8 +16,8 @@ from serverless_karpenter.disruption.candidates import (
     Blocker,
     Candidate,
     Snapshot,
-    pending_command,
 )
+from serverless_karpenter.disruption.command import read_command
 from serverless_karpenter.disruption.methods.types import BUDGET_REASON, Evaluation
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.provisioning.provisioner import existing_capacity
@@ -40,9 +40,9 @@ def _node_ready(node: Mapping[str, Any] | None) -> bool:
 
 def _commands_under_way(snapshot: Snapshot) -> set[str]:
     return {
-        str(command.get("id"))
+        command.id
         for r in snapshot.records
-        if r.state != NodeClaimState.TERMINATED and (command := pending_command(r)) is not None
+        if r.state != NodeClaimState.TERMINATED and (command := read_command(r)) is not None
     }
 
 
@@ -50,8 +50,8 @@ def _executing(record: NodeClaimRecord) -> bool:
     """In a command past its validation: tainted while its replacements launch (Karpenter's
     MarkedForDeletion). A command still validating holds no budget, as in Karpenter; its validation
     checks the budget again, so commands validating side by side cannot together exceed it."""
-    command = pending_command(record)
-    return command is not None and command.get("stage") == "replacing" and not record.is_deleting
+    command = read_command(record)
+    return command is not None and command.replacing and not record.is_deleting
 
 
 def budget_for(snapshot: Snapshot, nodepool: str, reason: str) -> BudgetVerdict:
