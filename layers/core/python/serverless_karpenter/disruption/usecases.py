@@ -60,7 +60,7 @@ from serverless_karpenter.disruption.command import (
 )
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.lifecycle.nodeclaim_writer import NodeClaimObjects
-from serverless_karpenter.observability import MetricName, Msg, emit_dimensioned, logger
+from serverless_karpenter.observability import MetricName, Msg, emit_dimensioned, logger, tracer
 from serverless_karpenter.provisioning.context import ControlPlane
 from serverless_karpenter.provisioning.provisioner import (
     Provisioner,
@@ -723,6 +723,10 @@ def consolidation_ready(candidate: Candidate, now: datetime) -> bool:
     return after is not None and candidate.last_pod_event + after <= now
 
 
+# A span of its own in the disruption function's X-Ray trace (the methods' simulations are most of a busy
+# pass); its return value is not recorded. Disabled (outside Lambda, or POWERTOOLS_TRACE_DISABLED) the
+# span is Powertools' no-op provider (observability._UntracedProvider): no X-Ray SDK, nothing recorded.
+@tracer.capture_method(capture_response=False)
 def decide(
     plane: ControlPlane,
     snapshot: Snapshot,
