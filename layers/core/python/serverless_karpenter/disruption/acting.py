@@ -1,8 +1,8 @@
 """The disruption pass's writes: a command's marker on its candidates' records, the disrupted taint on
 their nodes, the replacements' records, the deletion of the candidates; and waking the provisioner.
 
-Every write is conditional on the record's version: a record that moved on since the snapshot makes the
-write fail quietly, and the next pass decides on the new state."""
+Each record write is conditional on the record's version: a marker written on a record that moved on
+since the snapshot is dropped (the next pass decides on the new state), a deletion skipped."""
 
 from __future__ import annotations
 
