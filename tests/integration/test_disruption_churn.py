@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from serverless_karpenter.disruption.candidates import COMMAND_ANNOTATION
+from serverless_karpenter.disruption.command import COMMAND_ANNOTATION
 from serverless_karpenter_sim.scenario import Scenario
 
 from tests.builders import deployment

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from serverless_karpenter.api import labels as wk
-from serverless_karpenter.disruption.candidates import COMMAND_ANNOTATION, pending_command
+from serverless_karpenter.disruption.candidates import pending_command
+from serverless_karpenter.disruption.command import COMMAND_ANNOTATION
 from serverless_karpenter.disruption.usecases import run_disruption_pass
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.termination.handoff import has_disrupted_taint

@@ -16,12 +16,12 @@ from typing import Any
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.disruption import methods as m
 from serverless_karpenter.disruption.candidates import (
-    COMMAND_ANNOTATION,
     REPLACEMENT_FOR_ANNOTATION,
     Options,
     Snapshot,
     candidates,
 )
+from serverless_karpenter.disruption.command import COMMAND_ANNOTATION
 from serverless_karpenter.lifecycle.model import InstanceTypeOption, NodeClaimRecord, NodeClaimState
 
 from tests import builders

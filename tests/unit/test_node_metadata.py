@@ -9,7 +9,7 @@ from serverless_karpenter.adapters.providers.model import ResolvedNodeClass, Sub
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.lifecycle.node_metadata import initialized_patch
-from serverless_karpenter.lifecycle.reconciler import registration_patch
+from serverless_karpenter.lifecycle.phases.registration import registration_patch
 
 from tests.builders import node
 

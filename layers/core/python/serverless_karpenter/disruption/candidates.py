@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,6 +21,7 @@ from typing import Any, Protocol
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
 from serverless_karpenter.api.nodepool import NodePool
+from serverless_karpenter.disruption.command import read_command
 from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling.scheduler import NodePoolTemplate
@@ -32,8 +32,8 @@ from serverless_karpenter.termination.handoff import (
     pdb_selects,
 )
 
-# Record annotations that carry disruption state from one invocation to the next.
-COMMAND_ANNOTATION = "serverless-karpenter.io/disruption-command"
+# Record annotations that carry disruption state from one invocation to the next (the command's:
+# ``command.COMMAND_ANNOTATION``).
 POD_SET_ANNOTATION = "serverless-karpenter.io/pod-set"
 POD_EVENT_ANNOTATION = "serverless-karpenter.io/last-pod-event"
 REPLACEMENT_FOR_ANNOTATION = "serverless-karpenter.io/replacement-for"
@@ -164,14 +164,10 @@ class Candidate:
 
 
 def pending_command(record: NodeClaimRecord) -> dict[str, Any] | None:
-    raw = record.annotations.get(COMMAND_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    """The record's disruption command as its annotation's JSON object, for readers outside the core
+    (the simulator's checks); the core reads it typed, with ``command.read_command``."""
+    command = read_command(record)
+    return command.to_json() if command is not None else None
 
 
 def pod_fingerprint(pods: Sequence[Mapping[str, Any]]) -> str:
@@ -210,7 +206,7 @@ def last_pod_event(record: NodeClaimRecord, pods: Sequence[Mapping[str, Any]]) -
 
 
 def in_command(record: NodeClaimRecord) -> bool:
-    return pending_command(record) is not None and not record.is_deleting
+    return read_command(record) is not None and not record.is_deleting
 
 
 def candidates(snapshot: Snapshot) -> tuple[list[Candidate], dict[str, str]]:

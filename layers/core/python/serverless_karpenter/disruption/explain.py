@@ -18,7 +18,7 @@ from serverless_karpenter.disruption.candidates import (
     candidates,
     expired,
 )
-from serverless_karpenter.disruption.candidates import pending_command as command_of
+from serverless_karpenter.disruption.command import read_command
 from serverless_karpenter.lifecycle.model import NodeClaimRecord
 
 
@@ -59,14 +59,14 @@ def explain_node(snapshot: Snapshot, name: str, options: Options) -> NodeExplana
         f"node {record.node_name or '-'} (nodeclaim {record.name}, nodepool {record.nodepool}, "
         f"{record.instance_type or '?'} {record.capacity_type or '?'} {price}, state {record.state.value})"
     )
-    command = command_of(record)
+    command = read_command(record)
     if record.is_deleting:
         out.acting = f"being deleted ({record.disruption_reason or 'unknown reason'})"
         return out
     if command is not None:
         out.acting = (
-            f"{command.get('method')}: {command.get('action')} {', '.join(command.get('candidates') or [])} "
-            f"({command.get('stage')}; {command.get('detail', '')})"
+            f"{command.method}: {command.action} {', '.join(command.candidates)} "
+            f"({command.stage}; {command.detail})"
         )
         return out
     pool, skipped = candidates(snapshot)
@@ -92,7 +92,7 @@ def explain_node(snapshot: Snapshot, name: str, options: Options) -> NodeExplana
         # Single-candidate methods are asked about this node alone, so another node's command cannot
         # hide it; multi-node consolidation needs the others.
         scope = pool if method == m.MULTI else [candidate]
-        found = m.METHOD_FUNCTIONS[method](snapshot, scope, options, evaluation)
+        found = m.BY_NAME[method].compute_command(snapshot, scope, options, evaluation)
         if found is not None and record.name in found.names():
             out.acting = f"{method}: {found.action} {', '.join(found.names())} ({found.detail})"
             out.lines.append(f"  {method}: would {found.action} ({found.detail})")
