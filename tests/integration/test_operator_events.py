@@ -178,13 +178,15 @@ def test_an_empty_node_with_do_not_disrupt_gets_disruption_blocked(tmp_path: Pat
         sim.kube.patch_node(node, {"metadata": {"annotations": {wk.DO_NOT_DISRUPT: "true"}}})
         sim.scale({"deployment": "default/web", "replicas": 0})
         sim.run_for(10)
-        before = _recorded(_events(sim, "Node", node, "DisruptionBlocked"))
 
         run = run_disruption_pass(sim.plane)
+        again = run_disruption_pass(sim.plane)
 
-        assert not run.decided and not run.expired
+        assert not run.decided and not run.expired and not again.decided
         events = _events(sim, "Node", node, "DisruptionBlocked")
-        assert _recorded(events) == before + 1, "one event for the node in one pass"
+        # One Event, whether the scheduled pass or this one published it: within Karpenter's dedupe
+        # window (2 minutes) further passes publish nothing more.
+        assert _recorded(events) == 1, "one event for the node, not one a pass"
         event = events[-1]
         assert event.type == "Normal"
         assert event.message == f'Cannot disrupt Node: node {node} has annotation {wk.DO_NOT_DISRUPT}="true"'
@@ -235,3 +237,21 @@ def test_a_spot_interruption_leaves_karpenters_interruption_events_on_the_node()
         ]
         # Karpenter's interruption controller deletes the NodeClaim itself: no disruption controller Event.
         assert _events(sim, "Node", node, "DisruptionTerminating") == []
+
+
+def test_a_dedupe_window_publishes_a_reason_once_per_object_as_karpenters_recorder(tmp_path: Path) -> None:
+    # Karpenter's recorder drops the same reason on the same object within the event's dedupe timeout,
+    # whatever the message; another object, or the window's end, publishes again.
+    sim = simulation(tmp_path, {"name": "event-dedupe", "manifests": [nodepool(), nodeclass()], "steps": []})
+    try:
+        sim.start()
+        pool = _nodepool(sim, "default")
+        for message in ("blocked: budget", "blocked: budget", "blocked: another budget"):
+            sim.kube.record_event(pool, "DisruptionBlocked", message, dedupe_seconds=60)
+        assert _recorded(_events(sim, "NodePool", "default", "DisruptionBlocked")) == 1
+        sim.run_for(61)
+        sim.kube.record_event(pool, "DisruptionBlocked", "blocked: budget", dedupe_seconds=60)
+        events = _events(sim, "NodePool", "default", "DisruptionBlocked")
+        assert sorted((e.message, e.count) for e in events) == [("blocked: budget", 2)]
+    finally:
+        sim.stop()

@@ -38,7 +38,13 @@ class Recorder:
         return self.nodeclaims
 
     def record_event(
-        self, obj: dict[str, Any], reason: str, message: str, event_type: str = "Normal"
+        self,
+        obj: dict[str, Any],
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        *,
+        dedupe_seconds: float | None = None,
     ) -> None:
         what = f"{obj.get('kind', 'Node')}/{obj['metadata']['name']}"
         self.events.append((what, reason, message, event_type))

@@ -17,6 +17,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -170,6 +171,8 @@ class KubernetesGateway:
         self.storage = k8s.StorageV1Api(api_client)
         self._clock = clock
         self._component = component
+        # Events recently published with a dedupe window: key -> when the window ends (record_event).
+        self._published: dict[str, datetime] = {}
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return call(fn, *args, timeout=self.timeouts, **kwargs)
@@ -453,16 +456,37 @@ class KubernetesGateway:
     # -- events --------------------------------------------------------------------------------------
 
     def record_event(
-        self, obj: Mapping[str, Any], reason: str, message: str, event_type: str = "Normal"
+        self,
+        obj: Mapping[str, Any],
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        *,
+        dedupe_seconds: float | None = None,
     ) -> None:
         """A core/v1 Event, as Karpenter's recorder writes them; failures are not worth failing for.
+
+        ``dedupe_seconds``: as Karpenter's recorder (``pkg/events/recorder.go``), the same reason on the
+        same object again within that window is not published at all, whatever its message: a
+        disruption pass every 10 s would otherwise write (create, 409, read, patch) an Unconsolidatable
+        or DisruptionBlocked Event on every node and NodeClaim each pass. The window lives with the warm
+        function, as Karpenter's lives with its process.
 
         ``obj`` needs ``apiVersion`` and ``kind``: list items of built-in kinds come without them, and
         ``kubectl describe`` finds events by kind. Cluster-scoped objects (Node, NodePool) have their
         events in ``default`` and no namespace in the reference, as client-go's recorder does."""
         meta = obj.get("metadata", {})
         namespace = meta.get("namespace") or "default"
-        now = to_rfc3339(self._clock.now())
+        at = self._clock.now()
+        if dedupe_seconds is not None:
+            key = f"{reason.lower()}-{obj.get('kind')}-{meta.get('uid') or meta.get('name')}"
+            until = self._published.get(key)
+            if until is not None and until > at:
+                return
+            if len(self._published) > 10_000:
+                self._published = {k: t for k, t in self._published.items() if t > at}
+            self._published[key] = at + timedelta(seconds=dedupe_seconds)
+        now = to_rfc3339(at)
         reference = {
             "apiVersion": obj.get("apiVersion"),
             "kind": obj.get("kind"),

@@ -17,6 +17,11 @@ from serverless_karpenter.provisioning.context import ControlPlane
 # Evaluation's ``unconsolidatable``); node age and a consolidateAfter not yet elapsed give no Event.
 NODE_EVENT_BLOCKERS = frozenset({"DoNotDisrupt", "PDB"})
 BUDGET_BLOCKER = "Budget"
+# How long the same reason on the same object is not published again, as Karpenter's disruption events
+# set them (pkg/controllers/disruption/events): Unconsolidatable 15 minutes, a NodePool's budget block 1
+# minute, any other DisruptionBlocked its recorder's default of 2. Each pass runs every 10 s.
+DEDUPE_SECONDS = {"Unconsolidatable": 15 * 60.0, "DisruptionBlocked": 2 * 60.0}
+NODEPOOL_BLOCKED_DEDUPE_SECONDS = 60.0
 
 
 def record_blocked(
@@ -35,20 +40,28 @@ def record_blocked(
         if blocker is not None and blocker.kind in NODE_EVENT_BLOCKERS:
             # One message on both, as Karpenter's disruption events.Blocked publishes it.
             event = ("DisruptionBlocked", f"Cannot disrupt Node: {blocker.message}")
-            plane.kube.record_event(candidate.node, *event)
+            plane.kube.record_event(candidate.node, *event, dedupe_seconds=DEDUPE_SECONDS[event[0]])
         else:
             if blocker is not None and blocker.kind == BUDGET_BLOCKER:
                 budget_blocked.setdefault(candidate.record.nodepool, blocker.message)
             unconsolidatable = evaluation.unconsolidatable.get(candidate.name)
             if unconsolidatable is not None:
-                plane.kube.record_event(candidate.node, "Unconsolidatable", unconsolidatable)
+                plane.kube.record_event(
+                    candidate.node,
+                    "Unconsolidatable",
+                    unconsolidatable,
+                    dedupe_seconds=DEDUPE_SECONDS["Unconsolidatable"],
+                )
                 event = ("Unconsolidatable", unconsolidatable)
         if event is not None:
             claims = claims or NodeClaimObjects(plane.kube, plane.clock)
-            claims.event(candidate.record.name, *event)
+            claims.event(candidate.record.name, *event, dedupe_seconds=DEDUPE_SECONDS[event[0]])
     for name, message in sorted(budget_blocked.items()):
         manifest = snapshot.nodepool_manifests.get(name)
         if manifest is not None:
             plane.kube.record_event(
-                manifest, "DisruptionBlocked", f"No allowed disruptions due to blocking budget: {message}"
+                manifest,
+                "DisruptionBlocked",
+                f"No allowed disruptions due to blocking budget: {message}",
+                dedupe_seconds=NODEPOOL_BLOCKED_DEDUPE_SECONDS,
             )

@@ -242,7 +242,15 @@ class NodeClaimObjects:
             self._loaded = True  # once per writer: a failed read is not retried for each Event
         return True
 
-    def event(self, name: str, reason: str, message: str, event_type: str = "Normal") -> None:
+    def event(
+        self,
+        name: str,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        *,
+        dedupe_seconds: float | None = None,
+    ) -> None:
         """An Event on the NodeClaim object (kubectl describe nodeclaim finds it by uid); none without the
         object. References come from what this warm Lambda has read; a claim it has not seen costs one
         LIST per writer (a pass), never a read per Event."""
@@ -250,7 +258,7 @@ class NodeClaimObjects:
         if reference is None and not self._loaded and self.load():
             reference = _REFERENCES.get(name)
         if reference is not None:
-            self.kube.record_event(reference, reason, message, event_type)
+            self.kube.record_event(reference, reason, message, event_type, dedupe_seconds=dedupe_seconds)
 
 
 # The references (apiVersion, kind, name, uid) of the NodeClaims a warm Lambda has read: a claim's uid

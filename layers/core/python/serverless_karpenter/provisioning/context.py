@@ -63,7 +63,13 @@ class KubernetesApi(Protocol):
     def evict(self, pod: Mapping[str, Any]) -> str: ...
     def delete_pod(self, pod: Mapping[str, Any], grace_period_seconds: int | None = None) -> None: ...
     def record_event(
-        self, obj: Mapping[str, Any], reason: str, message: str, event_type: str = "Normal"
+        self,
+        obj: Mapping[str, Any],
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        *,
+        dedupe_seconds: float | None = None,
     ) -> None: ...
 
 
