@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubernetes import client as k8s
 
@@ -45,6 +45,9 @@ from serverless_karpenter.clock import Clock, SystemClock
 from serverless_karpenter.config import Settings, load_settings
 from serverless_karpenter.observability import MetricName, MetricUnit, metrics
 from serverless_karpenter.provisioning.context import ControlPlane, ProvisionerInvoker
+
+if TYPE_CHECKING:  # the stubs are a development dependency only
+    from mypy_boto3_pricing import PricingClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +184,7 @@ class CatalogInstanceTypes:
         return self.unavailable.is_unavailable(capacity_type, instance_type, zone)
 
 
-def pricing_client(endpoint_region: str) -> Any:
+def pricing_client(endpoint_region: str) -> PricingClient:
     """The Pricing API's client: bounded, since prices fall back to the persisted and bundled ones."""
     return aws.client("pricing", endpoint_region, has_fallback=True)
 

@@ -9,13 +9,24 @@ differs between the two.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import boto3
 import botocore.loaders
 import botocore.session
 from botocore.config import Config
 from botocore.credentials import CredentialProvider, CredentialResolver, Credentials
+
+if TYPE_CHECKING:  # the stubs are a development dependency only
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_eks import EKSClient
+    from mypy_boto3_iam import IAMClient
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_pricing import PricingClient
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_ssm import SSMClient
+    from mypy_boto3_sts import STSClient
 
 RETRY_CONFIG = Config(
     retries={"mode": "adaptive", "max_attempts": 8},
@@ -100,6 +111,27 @@ def use_credentials(credentials: Credentials | None) -> None:
 _clients: dict[tuple[str, str, bool], Any] = {}
 
 
+# Typed by the mypy_boto3 stubs for each service the control plane calls (Any for the rest).
+@overload
+def client(service: Literal["dynamodb"], region: str, *, has_fallback: bool = False) -> DynamoDBClient: ...
+@overload
+def client(service: Literal["ec2"], region: str, *, has_fallback: bool = False) -> EC2Client: ...
+@overload
+def client(service: Literal["eks"], region: str, *, has_fallback: bool = False) -> EKSClient: ...
+@overload
+def client(service: Literal["iam"], region: str, *, has_fallback: bool = False) -> IAMClient: ...
+@overload
+def client(service: Literal["lambda"], region: str, *, has_fallback: bool = False) -> LambdaClient: ...
+@overload
+def client(service: Literal["pricing"], region: str, *, has_fallback: bool = False) -> PricingClient: ...
+@overload
+def client(service: Literal["sqs"], region: str, *, has_fallback: bool = False) -> SQSClient: ...
+@overload
+def client(service: Literal["ssm"], region: str, *, has_fallback: bool = False) -> SSMClient: ...
+@overload
+def client(service: Literal["sts"], region: str, *, has_fallback: bool = False) -> STSClient: ...
+@overload
+def client(service: str, region: str, *, has_fallback: bool = False) -> Any: ...
 def client(service: str, region: str, *, has_fallback: bool = False) -> Any:
     """The process's client for ``service`` in ``region``, made once and reused by every warm
     invocation: creating one builds its whole class (an EC2 client's ~600 operations), which costs more

@@ -24,7 +24,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
 
@@ -33,6 +33,11 @@ from serverless_karpenter.cache import PRICES_RETRY, PRICES_TTL, PRICES_UNREACHA
 from serverless_karpenter.catalog.prices import bundled_on_demand_prices, latest_spot_prices
 from serverless_karpenter.clock import Clock, parse_rfc3339, to_rfc3339
 from serverless_karpenter.observability import logger
+
+if TYPE_CHECKING:  # the stubs are a development dependency only
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_pricing import PricingClient
+    from mypy_boto3_pricing.type_defs import FilterTypeDef
 
 # The intervals are the cache module's (why each is what it is is said there).
 REFRESH_INTERVAL = PRICES_TTL
@@ -70,7 +75,7 @@ def pricing_endpoint_region(region: str) -> str:
     return "us-east-1"
 
 
-def on_demand_filters(region: str) -> list[dict[str, str]]:
+def on_demand_filters(region: str) -> list[FilterTypeDef]:
     """GetProducts filters for Linux on-demand prices of shared-tenancy instances in ``region``."""
     terms = {
         "regionCode": region,
@@ -115,8 +120,8 @@ class PriceSource:
         region: str,
         clock: Clock,
         *,
-        pricing_client: Callable[[str], Any] | Any | None,
-        ec2: Any | None,
+        pricing_client: Callable[[str], PricingClient] | PricingClient | None,
+        ec2: EC2Client | None,
         use_spot_history: bool = True,
         persisted: PersistedBlobs | None = None,
     ) -> None:
@@ -133,8 +138,9 @@ class PriceSource:
         self._spot_due: datetime | None = None
         self.on_demand_source = "bundled"
 
-    def _pricing(self) -> Any:
+    def _pricing(self) -> PricingClient:
         factory = self._pricing_factory
+        assert factory is not None  # callers check: without a client there is nothing to ask
         return factory(pricing_endpoint_region(self.region)) if callable(factory) else factory
 
     def on_demand_prices(self) -> Mapping[str, float]:
