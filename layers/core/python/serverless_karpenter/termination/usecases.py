@@ -83,7 +83,8 @@ class TerminationChain:
     re-queued. The handler keeps one per container (a new Lambda, or a new simulation, starts without)."""
 
     last_requeue: datetime | None = None
-    run: RunTermination = run_termination
+    # None: this module's ``run_termination``, looked up at each pass (not bound when the class is made).
+    run: RunTermination | None = None
 
     def handle(
         self,
@@ -98,7 +99,8 @@ class TerminationChain:
         chain_alive = self.last_requeue is not None and now - self.last_requeue < timedelta(
             seconds=3 * max(1, plane.settings.termination_requeue_seconds)
         )
-        result = self.run(plane, wake_provisioner, requeue=chained or not chain_alive)
+        run = self.run or run_termination
+        result = run(plane, wake_provisioner, requeue=chained or not chain_alive)
         if result.requeued:
             self.last_requeue = now
         return result
