@@ -145,7 +145,10 @@ class SimulatedCloud:
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self._server.start()
         url = f"http://127.0.0.1:{port}"
-        # moto's backends live in this process, shared by every server in it: start from an empty account.
+        # moto's backends live in this process, shared by every server in it: start from an empty account,
+        # whose operator does not exist yet to be enforced (a simulation left unstopped in this process, a
+        # test that failed before its stop, must not leave its enforcement on the next one's bootstrap).
+        ENFORCEMENT.disable()
         self._reset(url)
         # The same variables a Lambda would see, pointed at moto; no real credentials are ever used.
         self.set_environment(

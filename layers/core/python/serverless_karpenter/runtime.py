@@ -168,7 +168,7 @@ class CatalogInstanceTypes:
     ) -> list[SchedulableInstanceType]:
         kubelet = KubeletConfig.from_spec((spec.get("spec") or {}).get("kubelet"))
         catalog = self.catalog(nodeclass.zones, kubelet, nodeclass.ami_family).with_unavailable(
-            self.unavailable
+            self.unavailable.frozen()
         )
         return schedulable_types(catalog, nodeclass, self.overlays())
 

@@ -101,6 +101,11 @@ class DynamoDBUnavailableOfferings:
             self.refresh()
         return self._view
 
+    def frozen(self) -> UnavailableAt:
+        """The marks as they stand now, for one read of many offerings (a catalog's schedulable types ask
+        about thousands): the view and the time taken once rather than per offering."""
+        return UnavailableAt(self._current(), self._clock.now())
+
     def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool:
         view = self._current()
         if not view:
@@ -161,3 +166,27 @@ class DynamoDBUnavailableOfferings:
                 "reason": {"S": reason or "unknown"},
             },
         )
+
+
+class UnavailableAt:
+    """:meth:`DynamoDBUnavailableOfferings.frozen`: its marks and the time, fixed."""
+
+    __slots__ = ("_now", "_view")
+
+    def __init__(self, view: dict[str, datetime], now: datetime) -> None:
+        self._view = view
+        self._now = now
+
+    def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool:
+        view = self._view
+        if not view:
+            return False
+        for key in (
+            sort_key(capacity_type, instance_type, zone),
+            sort_key(capacity_type, ANY, zone),
+            sort_key(capacity_type, ANY, ANY),
+        ):
+            expiry = view.get(key)
+            if expiry is not None and expiry > self._now:
+                return True
+        return False

@@ -49,6 +49,10 @@ class InMemoryUnavailableOfferings:
         """Bumped on every mark, so callers can tell that availability may have changed."""
         return self._seq
 
+    def frozen(self) -> InMemoryUnavailableOfferings:
+        """As the DynamoDB cache's: this one reads no table, so it is its own."""
+        return self
+
     # ``reason`` is what the DynamoDB cache records with a mark; it takes the same arguments, so callers
     # need not know which cache they have. This one keeps no reasons.
 
