@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+# Three workers on CI's two cores: the simulations hand over between threads and wait on subprocesses,
+# leaving a core idle an eighth of the time with two.
 PYTEST_WORKERS ?= 3
 
 .PHONY: install lock upgrade layer-requirements demo demo-keep demo-stop test lint typecheck unit clean
