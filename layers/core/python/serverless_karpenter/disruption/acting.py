@@ -119,6 +119,34 @@ def request_replacements(
     return names
 
 
+class CoalescedWake:
+    """The wakes of one pass, sent as one at its end: each command under way whose replacements are still
+    coming up asks for a wake every pass, and the provisioner's one lifecycle reconcile serves them all
+    (a pass over 25 replacing commands would otherwise invoke it 25 times). Nothing in the pass waits on
+    the wake: on Lambda it is an asynchronous invocation."""
+
+    def __init__(self, wake: Wake) -> None:
+        self._wake = wake
+        self._reasons: list[str] = []
+        self._nodeclaims: list[str] = []
+
+    def __call__(self, payload: dict[str, object]) -> None:
+        reason = str(payload.get("reason", ""))
+        if reason not in self._reasons:
+            self._reasons.append(reason)
+        claims = payload.get("nodeclaims")
+        for name in claims if isinstance(claims, list) else ():
+            if name not in self._nodeclaims:
+                self._nodeclaims.append(str(name))
+
+    def flush(self) -> None:
+        if not self._reasons:
+            return
+        payload: dict[str, object] = {"reason": ",".join(self._reasons), "nodeclaims": self._nodeclaims}
+        self._reasons, self._nodeclaims = [], []
+        wake_provisioner(self._wake, payload)
+
+
 def wake_provisioner(wake: Wake, payload: dict[str, object]) -> None:
     try:
         wake(payload)

@@ -43,6 +43,7 @@ from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.nodepool import NodePool
 from serverless_karpenter.disruption import methods as m
 from serverless_karpenter.disruption.acting import (
+    CoalescedWake,
     Wake,
     log_decision,
     mark,
@@ -355,7 +356,14 @@ def run_disruption_pass(
 ) -> DisruptionRun:
     """One pass: stamp, expire, advance the commands under way, then decide at most one new command."""
     options = options or options_from(plane)
-    wake = wake or plane.provisioner.invoke
+    coalesced = CoalescedWake(wake or plane.provisioner.invoke)
+    try:
+        return _pass(plane, options, coalesced)
+    finally:
+        coalesced.flush()
+
+
+def _pass(plane: ControlPlane, options: Options, wake: Wake) -> DisruptionRun:
     run = DisruptionRun(passes=1)
     snapshot = take_snapshot(plane)
     stamp_records(plane, snapshot)
