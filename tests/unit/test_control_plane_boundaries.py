@@ -32,6 +32,7 @@ from serverless_karpenter.provisioning.usecases import provisioner_lease
 from serverless_karpenter.runtime import build_control_plane
 from serverless_karpenter_sim.lambdas import InProcessInvoker, load_handler
 
+from tests.unit.lambda_context import Context
 from tests.unit.test_termination_drain import pod, world
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,16 +84,6 @@ def test_the_simulators_invoker_runs_the_function_in_process() -> None:
     calls: list[tuple[str, dict[str, Any]]] = []
     InProcessInvoker(lambda name, event: calls.append((name, event)), "provisioner").invoke({"reason": "x"})
     assert calls == [("provisioner", {"reason": "x"})]
-
-
-class Context:
-    function_name = "termination"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:termination"
-    aws_request_id = "request"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 300_000
 
 
 def test_the_termination_handler_hands_a_drains_pods_to_the_planes_invoker(

@@ -16,17 +16,9 @@ from serverless_karpenter.deployment import TERMINATION_SCHEDULED_PASS
 from serverless_karpenter.termination.usecases import TerminationChain, TerminationRun
 from serverless_karpenter_sim.lambdas import load_handler
 
+from tests.unit.lambda_context import Context
+
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-class Context:
-    function_name = "termination"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:termination"
-    aws_request_id = "request"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 300_000
 
 
 @pytest.fixture

@@ -108,18 +108,7 @@ class DynamoDBUnavailableOfferings:
 
     def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool:
         view = self._current()
-        if not view:
-            return False
-        now = self._clock.now()
-        for key in (
-            sort_key(capacity_type, instance_type, zone),
-            sort_key(capacity_type, ANY, zone),
-            sort_key(capacity_type, ANY, ANY),
-        ):
-            expiry = view.get(key)
-            if expiry is not None and expiry > now:
-                return True
-        return False
+        return bool(view) and _marked(view, self._clock.now(), capacity_type, instance_type, zone)
 
     def mark_unavailable(
         self,
@@ -178,15 +167,20 @@ class UnavailableAt:
         self._now = now
 
     def is_unavailable(self, capacity_type: str, instance_type: str, zone: str) -> bool:
-        view = self._view
-        if not view:
-            return False
-        for key in (
-            sort_key(capacity_type, instance_type, zone),
-            sort_key(capacity_type, ANY, zone),
-            sort_key(capacity_type, ANY, ANY),
-        ):
-            expiry = view.get(key)
-            if expiry is not None and expiry > self._now:
-                return True
-        return False
+        return bool(self._view) and _marked(self._view, self._now, capacity_type, instance_type, zone)
+
+
+def _marked(
+    view: dict[str, datetime], now: datetime, capacity_type: str, instance_type: str, zone: str
+) -> bool:
+    """Whether a mark unexpired at ``now`` covers the offering: its own, its zone's for the capacity type,
+    or the whole capacity type's."""
+    for key in (
+        sort_key(capacity_type, instance_type, zone),
+        sort_key(capacity_type, ANY, zone),
+        sort_key(capacity_type, ANY, ANY),
+    ):
+        expiry = view.get(key)
+        if expiry is not None and expiry > now:
+            return True
+    return False
