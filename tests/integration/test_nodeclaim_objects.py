@@ -98,6 +98,12 @@ def test_kubectl_get_nodeclaims_after_the_demo_lists_each_claim_with_karpenters_
             }
             assert spec["expireAfter"] == "720h0m0s"
             assert {"key": wk.NODEPOOL, "operator": "In", "values": ["default"]} in spec["requirements"]
+            # Launched, the record keeps the launched type's offerings alone and the rest by name; the
+            # claim still lists every type it could have launched as.
+            assert [o.name for o in record.instance_type_options] == [record.instance_type]
+            assert record.instance_type in record.instance_type_names and len(record.instance_type_names) > 1
+            types = next(r for r in spec["requirements"] if r["key"] == wk.INSTANCE_TYPE)
+            assert types["values"] == sorted(record.instance_type_names)
             assert spec["resources"]["requests"]["cpu"]
             assert (status["providerID"], status["nodeName"], status["imageID"]) == (
                 record.provider_id,

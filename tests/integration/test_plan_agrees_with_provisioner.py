@@ -98,7 +98,7 @@ def test_plan_and_the_live_provisioner_agree(tmp_path: Path, capsys: pytest.Capt
                 break
     finally:
         sim.stop()
-    live = [_signature(r.nodepool, [o.name for o in r.instance_type_options], r.pods) for r in records]
+    live = [_signature(r.nodepool, r.option_names(), r.pods) for r in records]
     live_zones = _web_per_zone(
         [
             (

@@ -1,8 +1,23 @@
-"""A disruption pass wakes the provisioner once, however many commands under way asked it to."""
+"""A disruption pass wakes the provisioner once, however many commands under way asked it to, and the
+termination function when it deleted nodes."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any, cast
+
+import boto3
+import pytest
+from moto import mock_aws
+from serverless_karpenter.adapters import aws
+from serverless_karpenter.config import Settings
+from serverless_karpenter.disruption import usecases
 from serverless_karpenter.disruption.acting import CoalescedWake
+from serverless_karpenter.disruption.candidates import Options
+from serverless_karpenter.disruption.run import DisruptionRun
+from serverless_karpenter.provisioning.context import ControlPlane
 
 
 def test_the_wakes_of_a_pass_go_out_as_one_with_every_nodeclaim_once() -> None:
@@ -27,3 +42,53 @@ def test_a_failing_wake_is_left_to_the_provisioners_schedule() -> None:
     wake = CoalescedWake(unreachable)
     wake({"reason": "disruption-replacements", "nodeclaims": ["a"]})
     wake.flush()  # logged, not raised: the provisioner's schedule runs within a minute anyway
+
+
+@pytest.fixture
+def sqs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    aws.reset_sessions()
+    with mock_aws():
+        yield boto3.client("sqs", region_name="us-east-1")
+    aws.reset_sessions()
+
+
+def _plane(url: str) -> ControlPlane:
+    settings = Settings(cluster_name="test", termination_queue_url=url)
+    return cast(ControlPlane, SimpleNamespace(settings=settings))
+
+
+@pytest.mark.parametrize(
+    ("done", "messages"),
+    [
+        (DisruptionRun(passes=1, executed=["Empty: delete a"]), 1),
+        (DisruptionRun(passes=1, expired=["a"]), 1),
+        (DisruptionRun(passes=1, decided=["Drifted: replace a"]), 0),  # nothing deleted yet
+    ],
+)
+def test_a_pass_that_deleted_nodes_asks_for_a_termination_pass_at_once(
+    sqs: Any, monkeypatch: pytest.MonkeyPatch, done: DisruptionRun, messages: int
+) -> None:
+    # Karpenter's terminator sees a Node's deletion through its watch; ours runs on its queue, whose
+    # schedule sends a message a minute. Without a message of its own, a drain would wait up to that long.
+    url = sqs.create_queue(QueueName="termination-work")["QueueUrl"]
+    monkeypatch.setattr(usecases, "_pass", lambda plane, options, wake: done)
+
+    usecases.run_disruption_pass(_plane(url), Options(), wake=lambda payload: None)
+
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages") or []
+    assert len(received) == messages
+    assert all(json.loads(m["Body"]) == {"reason": "disruption"} for m in received)
+
+
+def test_a_termination_wake_that_fails_leaves_the_pass_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreachable(plane: ControlPlane, delay: int, reason: str) -> bool:
+        raise ConnectionError("no route to SQS")
+
+    monkeypatch.setattr(usecases, "queue_termination_pass", unreachable)
+    done = DisruptionRun(passes=1, executed=["Empty: delete a"])
+    monkeypatch.setattr(usecases, "_pass", lambda plane, options, wake: done)
+
+    assert usecases.run_disruption_pass(_plane("url"), Options(), wake=lambda payload: None) is done

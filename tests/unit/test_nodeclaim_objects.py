@@ -188,3 +188,17 @@ def test_last_transition_time_changes_only_with_the_status() -> None:
     assert merged["Ready"]["lastTransitionTime"] == "2026-03-01T12:00:40Z"
     again = merged_conditions(list(merged.values()), desired, NOW + timedelta(minutes=2))
     assert again == list(merged.values())  # converged: nothing to write
+
+
+def test_a_launched_record_keeps_the_types_it_could_launch_as_by_name_only() -> None:
+    # From launch on a record carries the launched type's option alone (the others' offerings were 20 KB
+    # of every record at 1,000 nodes); its NodeClaim still says every type it could have launched as.
+    trimmed = launched(instance_type_names=["m5.2xlarge", "m5.large", "m5.xlarge"])
+    assert [o.name for o in trimmed.instance_type_options] == ["m5.large"]
+    assert trimmed.option_names() == ["m5.2xlarge", "m5.large", "m5.xlarge"]
+    spec = render(trimmed, nodepool_uid="pool-uid", type_labels={})["spec"]
+    assert spec["requirements"][-1] == {
+        "key": wk.INSTANCE_TYPE,
+        "operator": "In",
+        "values": ["m5.2xlarge", "m5.large", "m5.xlarge"],
+    }

@@ -255,7 +255,7 @@ def build_control_plane(
         clock=clock,
         kube=kube,
         store=NodeClaimStore(dynamodb, settings.state_table_name),
-        launcher=FleetLauncher(ec2, settings.cluster_name, info),
+        launcher=FleetLauncher(ec2, settings.cluster_name, info, clock),
         resolver=NodeClassResolver(
             ec2,
             aws.client("ssm", region),

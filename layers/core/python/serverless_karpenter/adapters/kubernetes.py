@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import pydantic_core
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
@@ -151,7 +152,9 @@ def call(fn: Callable[..., Any], *args: Any, timeout: Timeouts = DEFAULT_TIMEOUT
     except Exception as error:  # urllib3 connection errors, timeouts
         raise KubernetesError(f"{type(error).__name__}: {error}") from error
     data = response.data
-    return json.loads(data) if data else {}
+    # pydantic-core's parser (already in the layer): the same objects as json.loads, in about two thirds
+    # of the time. A disruption pass at 1,000 nodes decodes some 20 MB of pods.
+    return pydantic_core.from_json(data) if data else {}
 
 
 class KubernetesGateway:

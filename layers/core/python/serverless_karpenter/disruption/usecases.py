@@ -41,6 +41,7 @@ from serverless_karpenter.adapters.state_store import ConflictError, Lease
 from serverless_karpenter.api.ec2nodeclass import EC2NodeClass
 from serverless_karpenter.api.errors import ManifestError
 from serverless_karpenter.api.nodepool import NodePool
+from serverless_karpenter.cache import INSTANCE_NETWORK_TTL
 from serverless_karpenter.disruption import methods as m
 from serverless_karpenter.disruption.acting import (
     CoalescedWake,
@@ -79,6 +80,7 @@ from serverless_karpenter.provisioning.provisioner import build_templates, drift
 from serverless_karpenter.scheduling import pods as podlib
 from serverless_karpenter.scheduling.scheduler import NodePoolTemplate
 from serverless_karpenter.termination.terminator import begin_deletion
+from serverless_karpenter.termination.usecases import queue_termination_pass
 
 LEASE_NAME = "disruption"
 # Held for the loop and this much more: a pass that overruns the loop still finishes under the lease.
@@ -101,17 +103,15 @@ def options_from(plane: ControlPlane) -> Options:
 # --- the snapshot -------------------------------------------------------------------------------------------
 
 
-# Instance id -> (when described, its subnet and security groups). A pass runs every 10 s; an instance's
-# network changes rarely (a user's ModifyInstanceAttribute), so drift by network is seen within a minute
-# for a DescribeInstances a minute, not one a pass. Kept while the Lambda container lives.
-_NETWORK_TTL = timedelta(seconds=60)
+# Instance id -> (when described, its subnet and security groups), described again after
+# cache.INSTANCE_NETWORK_TTL. Kept while the Lambda container lives.
 _network_cache: dict[str, tuple[datetime, InstanceNetwork]] = {}
 
 
 def _instance_network(plane: ControlPlane, records: Sequence[NodeClaimRecord]) -> dict[str, InstanceNetwork]:
     ids = [r.instance_id for r in records if r.instance_id and r.state == NodeClaimState.INITIALIZED]
     now = plane.clock.now()
-    stale = [i for i in ids if i not in _network_cache or now - _network_cache[i][0] >= _NETWORK_TTL]
+    stale = [i for i in ids if i not in _network_cache or now - _network_cache[i][0] >= INSTANCE_NETWORK_TTL]
     if stale:
         try:
             for instance_id, instance in plane.launcher.cluster_instances(stale).items():
@@ -358,9 +358,22 @@ def run_disruption_pass(
     options = options or options_from(plane)
     coalesced = CoalescedWake(wake or plane.provisioner.invoke)
     try:
-        return _pass(plane, options, coalesced)
+        run = _pass(plane, options, coalesced)
     finally:
         coalesced.flush()
+    if run.expired or run.executed:
+        wake_termination(plane)
+    return run
+
+
+def wake_termination(plane: ControlPlane) -> None:
+    """Ask for a termination pass now: the Nodes this pass deleted wait on our finalizer. Karpenter's
+    terminator sees a deletion at once (a watch); ours runs when its queue has a message, and without
+    this one the drains would start at the queue's next scheduled message, up to a minute later."""
+    try:
+        queue_termination_pass(plane, 0, "disruption")
+    except Exception as error:  # the schedule's next message starts the drains all the same
+        logger.warning("could not queue a termination pass", extra={"error": str(error)})
 
 
 def _pass(plane: ControlPlane, options: Options, wake: Wake) -> DisruptionRun:

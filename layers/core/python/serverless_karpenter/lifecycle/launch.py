@@ -183,6 +183,8 @@ def mark_launched(plane: ControlPlane, record: NodeClaimRecord, instance: Instan
             "provider_id": instance.provider_id,
             "image_id": instance.image_id,
             "launch_template_name": instance.launch_template or record.launch_template_name,
+            "instance_type_options": [option] if option is not None else [],
+            "instance_type_names": record.option_names(),
             "price_per_hour": price,
             "labels": labels,
             "allocatable": dict(option.allocatable) if option else record.expected_allocatable(),
@@ -225,13 +227,18 @@ def launch_record(
     record: NodeClaimRecord,
     nodeclass: ResolvedNodeClass | None,
     nodepools: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    created_now: bool = False,
 ) -> NodeClaimRecord:
     """Launch (or adopt) the instance for a Pending record. Offerings CreateFleet found without capacity
     (or all of spot, when the spot service-linked role is missing) go to the unavailable-offerings cache
     and the fleet is retried with the rest; a launch that still fails, or whose remaining types no
     longer meet minValues, deletes the record so its pods are provisioned again."""
     record = with_startup_taints(plane, record, nodepools)
-    existing = plane.launcher.find_by_nodeclaim(record.name)
+    # A record launched before and left Pending (a crash after CreateFleet) may have its instance: adopt
+    # it. One the caller ``created_now`` (the provisioner, in this pass) cannot, and a DescribeInstances
+    # by tag for each of 1,000 new claims is saved.
+    existing = None if created_now else plane.launcher.find_by_nodeclaim(record.name)
     if existing is not None:
         return mark_launched(plane, record, existing)
     error: Exception | None = None

@@ -175,8 +175,8 @@ def _labels(record: NodeClaimRecord, type_labels: Mapping[str, str] | None) -> d
 
 def _requirements(record: NodeClaimRecord) -> list[JSON]:
     requirements = [dict(r) for r in record.requirements if _requirement_allowed(str(r.get("key")))]
-    if not any(r.get("key") == wk.INSTANCE_TYPE for r in requirements) and record.instance_type_options:
-        names = sorted(o.name for o in record.instance_type_options)
+    names = sorted(record.option_names())
+    if not any(r.get("key") == wk.INSTANCE_TYPE for r in requirements) and names:
         requirements.append({"key": wk.INSTANCE_TYPE, "operator": "In", "values": names})
     return requirements
 

@@ -624,7 +624,9 @@ class Provisioner:
                     plane.kube.record_event(
                         by_key[pod_key], "Nominated", f"Pod should schedule on: nodeclaim/{record.name}"
                     )
-            launched = launch_record(plane, record, resolved.get(record.nodeclass), state.nodepools)
+            launched = launch_record(
+                plane, record, resolved.get(record.nodeclass), state.nodepools, created_now=True
+            )
             (outcome.launched if launched.state == NodeClaimState.LAUNCHED else outcome.failed).append(
                 record.name
             )

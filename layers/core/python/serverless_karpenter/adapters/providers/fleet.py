@@ -20,6 +20,7 @@ from serverless_karpenter.adapters.providers.launchtemplate import (
 )
 from serverless_karpenter.adapters.providers.model import Instance, LaunchRequest, ResolvedNodeClass
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.clock import Clock
 
 if TYPE_CHECKING:  # the stubs are a development dependency only
     from mypy_boto3_ec2 import EC2Client
@@ -29,13 +30,15 @@ if TYPE_CHECKING:  # the stubs are a development dependency only
 class FleetLauncher:
     """Launch templates (one per distinct option set, named by a hash) and CreateFleet ``instant``."""
 
-    def __init__(self, ec2: EC2Client, cluster_name: str, cluster: amifamily.ClusterInfo) -> None:
+    def __init__(
+        self, ec2: EC2Client, cluster_name: str, cluster: amifamily.ClusterInfo, clock: Clock | None = None
+    ) -> None:
         self._ec2 = ec2
         self.launch_template_provider: LaunchTemplateProvider = DefaultLaunchTemplateProvider(
             ec2, cluster_name, cluster
         )
         self.instance_provider: InstanceProvider = DefaultInstanceProvider(
-            ec2, cluster_name, self.launch_template_provider
+            ec2, cluster_name, self.launch_template_provider, clock
         )
         # When the lifecycle pass last looked for unused templates (it rate-limits itself with this).
         self.last_template_sweep: datetime | None = None

@@ -28,6 +28,7 @@ from serverless_karpenter.adapters.providers.model import (
     tags_of,
 )
 from serverless_karpenter.api import labels as wk
+from serverless_karpenter.clock import Clock, SystemClock
 
 if TYPE_CHECKING:  # the stubs are a development dependency only
     from mypy_boto3_ec2 import EC2Client
@@ -58,10 +59,13 @@ class InstanceProvider(Protocol):
 
 
 class DefaultInstanceProvider:
-    def __init__(self, ec2: EC2Client, cluster_name: str, templates: LaunchTemplateProvider) -> None:
+    def __init__(
+        self, ec2: EC2Client, cluster_name: str, templates: LaunchTemplateProvider, clock: Clock | None = None
+    ) -> None:
         self._ec2 = ec2
         self._cluster_name = cluster_name
         self._templates = templates
+        self._clock: Clock = clock or SystemClock()
 
     def instance_tags(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> dict[str, str]:
         return {
@@ -107,16 +111,48 @@ class DefaultInstanceProvider:
             raise LaunchError(
                 f"nodeclaim {request.nodeclaim}: CreateFleet launched nothing ({', '.join(codes)})", errors
             )
-        instance_id = launched[0]["InstanceIds"][0]
-        instance = self.get(instance_id)
+        instance = self._from_fleet(launched[0], request, nodeclass)
         if instance is None:
-            raise LaunchError(
-                f"nodeclaim {request.nodeclaim}: instance {instance_id} not found after launch", errors
-            )
+            # A response without the override it launched from: ask EC2 what it launched.
+            instance_id = launched[0]["InstanceIds"][0]
+            instance = self.get(instance_id)
+            if instance is None:
+                raise LaunchError(
+                    f"nodeclaim {request.nodeclaim}: instance {instance_id} not found after launch", errors
+                )
         template = (
             (launched[0].get("LaunchTemplateAndOverrides") or {}).get("LaunchTemplateSpecification") or {}
         ).get("LaunchTemplateName")
         return replace(instance, launch_template=template)
+
+    def _from_fleet(
+        self, launched: Mapping[str, Any], request: LaunchRequest, nodeclass: ResolvedNodeClass
+    ) -> Instance | None:
+        """The instance as CreateFleet's answer describes it, as Karpenter's ``NewInstanceFromFleet`` reads
+        it, without a DescribeInstances per launch (at 1,000 launches, each a filter over every instance):
+        its type, and the override's zone and subnet; its image is the AMI of its arch's template."""
+        overrides = (launched.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+        instance_type = launched.get("InstanceType") or overrides.get("InstanceType")
+        zone = overrides.get("AvailabilityZone")
+        arch = next(
+            (a for t, z, a in request.overrides if t == instance_type and z == zone),
+            None,
+        )
+        if not (instance_type and zone and arch):
+            return None
+        return Instance(
+            id=launched["InstanceIds"][0],
+            instance_type=str(instance_type),
+            zone=str(zone),
+            state="pending",
+            capacity_type=request.capacity_type,
+            launch_time=self._clock.now(),  # an estimate, as Karpenter's: the launch just happened
+            tags=self.instance_tags(request, nodeclass),
+            private_dns_name="",
+            image_id=nodeclass.amis.get(arch),
+            subnet_id=overrides.get("SubnetId"),
+            security_group_ids=frozenset(nodeclass.security_group_ids),
+        )
 
     def _create_fleet(self, request: LaunchRequest, nodeclass: ResolvedNodeClass) -> dict[str, Any]:
         try:
