@@ -33,6 +33,26 @@ def _ec2_backend(region: str) -> Any:
     return ec2_backends[ACCOUNT][region]
 
 
+def cluster_instance_tags(
+    cluster_name: str, states: frozenset[str], region: str = REGION
+) -> dict[str, dict[str, str]]:
+    """Instance id -> tags of the cluster's instances in ``states``, read from moto's model in this process:
+    the simulator's invariant checks look on from outside, as the kubelets do. Through the API this was a
+    DescribeInstances of every instance a virtual minute, serialized to XML and parsed back (seconds at
+    1,000 nodes)."""
+    backend = _ec2_backend(region)
+    owned = f"{wk.TAG_CLUSTER_PREFIX}{cluster_name}"
+    out: dict[str, dict[str, str]] = {}
+    for reservation in list(backend.reservations.values()):
+        for instance in list(reservation.instances):
+            if str(instance.state) not in states:
+                continue
+            tags = dict(backend.tags.get(str(instance.id)) or {})
+            if tags.get(owned) == "owned":
+                out[str(instance.id)] = tags
+    return out
+
+
 class MotoInstances:
     """Our cluster's live instances, with their user data.
 

@@ -38,6 +38,7 @@ from serverless_karpenter.lifecycle.model import NodeClaimState
 from serverless_karpenter.scheduling import pods as podlib
 
 from serverless_karpenter_sim.availability import DisruptionAvailability
+from serverless_karpenter_sim.cloud_instances import cluster_instance_tags
 from serverless_karpenter_sim.drains import stuck_drains
 from serverless_karpenter_sim.node_budgets import NodeBudgets
 
@@ -211,15 +212,15 @@ class Invariants:
         sim = self.sim
         now = sim.elapsed
         report = InvariantReport(at=round(now, 1), final=final)
-        records = sim.plane.store.list()
+        records = sim.plane.store.list()  # with the Terminated: a drain that ended past its bound counts
         live_claims = {r.name for r in records if r.state != NodeClaimState.TERMINATED}
         live_ids = {r.instance_id for r in records if r.state != NodeClaimState.TERMINATED and r.instance_id}
-        alive = {i["InstanceId"]: i for i in self._alive_instances()}
+        alive = self._alive_instances()
 
         per_claim: dict[str, list[str]] = {}
         orphans = set()
-        for instance_id, raw in alive.items():
-            claim = _tags(raw).get(wk.NODECLAIM)
+        for instance_id, tags in alive.items():
+            claim = tags.get(wk.NODECLAIM)
             if claim:
                 per_claim.setdefault(claim, []).append(instance_id)
             if claim not in live_claims and instance_id not in live_ids:
@@ -295,19 +296,10 @@ class Invariants:
         self.reports.append(report)
         return report
 
-    def _alive_instances(self) -> list[dict[str, Any]]:
-        """The cluster's instances not shutting down or gone, filtered by EC2: moto keeps terminated ones,
-        and reading that growing history every virtual minute was most of a long run's cost."""
-        sim = self.sim
-        filters = [
-            {"Name": f"tag:{wk.TAG_CLUSTER_PREFIX}{sim.cluster_name}", "Values": ["owned"]},
-            {"Name": "instance-state-name", "Values": [*ALIVE_STATES]},
-        ]
-        out: list[dict[str, Any]] = []
-        for page in sim.ec2.get_paginator("describe_instances").paginate(Filters=filters):
-            for reservation in page["Reservations"]:
-                out.extend(reservation["Instances"])
-        return out
+    def _alive_instances(self) -> dict[str, dict[str, str]]:
+        """The cluster's instances not shutting down or gone (id -> tags), from moto's model: moto keeps
+        terminated ones, and the invariants look at the live ones only."""
+        return cluster_instance_tags(self.sim.cluster_name, frozenset(ALIVE_STATES))
 
     def _messages(self, report: InvariantReport, final: bool) -> None:
         sim = self.sim
@@ -375,10 +367,6 @@ def sorted_fields(report: InvariantReport) -> None:
     report.claims_stuck_deleting.sort()
     report.deletions_not_carried_through.sort()
     report.pods_not_running.sort()
-
-
-def _tags(raw: dict[str, Any]) -> dict[str, str]:
-    return {t["Key"]: t["Value"] for t in raw.get("Tags") or []}
 
 
 def _time(value: str) -> datetime:

@@ -25,6 +25,7 @@ from serverless_karpenter.lifecycle.model import NodeClaimRecord, NodeClaimState
 from serverless_karpenter.observability import NAMESPACE
 from serverless_karpenter.runtime import build_control_plane, use_control_plane
 from serverless_karpenter.scheduling import pods as podlib
+from serverless_karpenter.scheduling.gc_pause import gc_paused
 from serverless_karpenter.scheduling.resources import format_quantity
 
 from serverless_karpenter_sim.cloud import REGION, CloudResources, SimulatedCloud, seed_stack
@@ -438,6 +439,17 @@ class Simulation:
         return sum(int(v) for v in attributes.values())
 
     def tick(self) -> None:
+        # The simulator's one process holds every actor's state (moto's, the API server's store, every
+        # Lambda's warm globals), 1.5 GB at 1,000 nodes. A real Lambda's collector walks its own small
+        # heap; here each full collection walked all of it (1.5 s for 2.6 million objects on this host),
+        # charged to whichever actor was allocating: a disruption pass decoding 10,000 pods set one off
+        # every few passes. Paused for the tick, what the actors allocate and drop within it is freed by
+        # reference counting and never promoted; the collector runs as usual between ticks, on what
+        # survived. At 1,000 nodes a steady virtual minute went from 14 to 10.4 CPU seconds.
+        with gc_paused():
+            self._tick()
+
+    def _tick(self) -> None:
         now = self.clock.now()
         self.controllers.step(now)
         self.kubelets.step(now)

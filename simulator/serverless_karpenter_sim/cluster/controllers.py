@@ -178,6 +178,8 @@ class WorkloadControllers:
         self._rest = InformedRest(api_client, store)
         self._rng = random.Random(seed)
         self.job_pod_duration = job_pod_duration
+        # ReplicaSet uid -> (what its counts were made from, (fully labeled, ready, available)).
+        self._replica_counts: dict[str, tuple[object, tuple[int, int, int]]] = {}
 
     # -- step --
 
@@ -214,6 +216,8 @@ class WorkloadControllers:
         for rs in replicasets:
             if not is_deleting(rs):
                 self._sync_replicaset(rs, pods_by_owner.get(uid_of(rs), []), now, report)
+        live_sets = {uid_of(rs) for rs in replicasets}
+        self._replica_counts = {u: c for u, c in self._replica_counts.items() if u in live_sets}
         for deployment in deployments:
             if not is_deleting(deployment):
                 self._deployment_status(deployment, rs_by_owner.get(uid_of(deployment), []))
@@ -495,14 +499,30 @@ class WorkloadControllers:
                 active.remove(pod)
         min_ready = int(_spec(rs).get("minReadySeconds") or 0)
         template_labels = (template.get("metadata") or {}).get("labels") or {}
+        # The counts read every pod's labels and conditions; with no pod and no template changed since the
+        # last tick (each write moves a resourceVersion) they are what they were. Not with minReadySeconds,
+        # where availability moves with the clock.
+        seen = (
+            meta(rs).get("generation"),
+            tuple(sorted(template_labels.items())),
+            tuple((uid_of(p), meta(p).get("resourceVersion")) for p in active),
+        )
+        counted = self._replica_counts.get(uid_of(rs))
+        if min_ready > 0 or counted is None or counted[0] != seen:
+            counts = (
+                sum(1 for p in active if all(labels_of(p).get(k) == v for k, v in template_labels.items())),
+                sum(1 for p in active if is_pod_ready(p)),
+                sum(1 for p in active if is_pod_available(p, min_ready, now)),
+            )
+            counted = (seen, counts)
+            self._replica_counts[uid_of(rs)] = counted
+        labeled, ready, available = counted[1]
         desired = {
             "observedGeneration": int(meta(rs).get("generation") or 1),
             "replicas": len(active),
-            "fullyLabeledReplicas": sum(
-                1 for p in active if all(labels_of(p).get(k) == v for k, v in template_labels.items())
-            ),
-            "readyReplicas": sum(1 for p in active if is_pod_ready(p)),
-            "availableReplicas": sum(1 for p in active if is_pod_available(p, min_ready, now)),
+            "fullyLabeledReplicas": labeled,
+            "readyReplicas": ready,
+            "availableReplicas": available,
         }
         self._patch_status(f"{apps_path('replicasets', namespace_of(rs))}/{name_of(rs)}", rs, desired)
 

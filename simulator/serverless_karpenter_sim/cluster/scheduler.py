@@ -414,6 +414,9 @@ class ClusterSnapshot:
         self._anti_affinity_owners: list[PodInfo] = []
         self._preferring_owners: list[PodInfo] = []
         self._counts: dict[_CountKey, _MatchCounts] = {}
+        # Per pod signature (Scheduler._signature): which nodes its node selector and affinity admit. Node
+        # labels do not change within a snapshot, so a ReplicaSet's pods share one answer.
+        self._affinity: dict[str, dict[str, bool]] = {}
         for pod in pods:
             if not (pod.get("spec") or {}).get("nodeName") or is_terminal(pod):
                 continue
@@ -465,8 +468,9 @@ class ClusterSnapshot:
 
     # -- scheduling --
 
-    def schedule(self, pod: PodInfo) -> SchedulingResult:
-        """Where ``pod`` goes, or why it goes nowhere. Does not assume it."""
+    def schedule(self, pod: PodInfo, signature: str | None = None) -> SchedulingResult:
+        """Where ``pod`` goes, or why it goes nowhere. Does not assume it. ``signature``: what the filters
+        read of the pod (pods with equal signatures are filtered alike)."""
         if not self.candidates:
             return SchedulingResult(pod, None, NO_NODES_AVAILABLE)
         volume_check = self._volume_constraints(pod)
@@ -474,9 +478,13 @@ class ClusterSnapshot:
             return SchedulingResult(
                 pod, None, f"0/{len(self.candidates)} nodes are available: {volume_check}."
             )
-        affinity_ok = {
-            n.name: pod_matches_node_selector_and_affinity(pod.spec, n.obj) for n in self.nodes.values()
-        }
+        affinity_ok = self._affinity.get(signature) if signature is not None else None
+        if affinity_ok is None:
+            affinity_ok = {
+                n.name: pod_matches_node_selector_and_affinity(pod.spec, n.obj) for n in self.nodes.values()
+            }
+            if signature is not None:
+                self._affinity[signature] = affinity_ok
         spread = self._prepare_spread(pod, affinity_ok)
         inter_pod = self._prepare_inter_pod(pod)
         reasons: Counter[str] = Counter()
@@ -890,6 +898,8 @@ class Scheduler:
         # uid -> (cluster fingerprint, time) of the last attempt that found no node; the pod is retried when
         # the cluster changes or retry_interval passes, as kube-scheduler's unschedulable queue does.
         self._parked: dict[str, tuple[int, datetime]] = {}
+        # uid -> (resourceVersion, what the scheduler reads of the pod): see _signature.
+        self._signatures: dict[str, tuple[str, str]] = {}
 
     def _is_ours(self, pod: Obj) -> bool:
         spec = pod.get("spec") or {}
@@ -910,6 +920,7 @@ class Scheduler:
         self.last_unschedulable = {k: v for k, v in self.last_unschedulable.items() if k in pending_keys}
         pending_uids = {uid_of(p) for p in pending}
         self._parked = {u: v for u, v in self._parked.items() if u in pending_uids}
+        self._signatures = {u: v for u, v in self._signatures.items() if u in pending_uids}
         if not pending:
             return report
         nodes = self._rest.list(NODES_PATH)
@@ -930,6 +941,10 @@ class Scheduler:
         )
         fingerprint = _fingerprint(nodes, pods, claims, volumes)
         order = sorted(pending, key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0), _created(p)))
+        # A failed attempt's message by the pod's signature, until the next bind changes the snapshot: a pod
+        # the scheduler reads the same as one that fit nowhere fits nowhere either, for the same reasons
+        # (a ReplicaSet's pending pods). The filters are pure in (pod, snapshot); only a bind moves it.
+        failed: dict[str, str] = {}
         for pod in order:
             if (pod.get("spec") or {}).get("schedulingGates"):
                 self._set_pod_scheduled_false(pod, "SchedulingGated", SCHEDULING_GATED_MESSAGE, now)
@@ -942,20 +957,39 @@ class Scheduler:
                 and (now - parked[1]).total_seconds() < self._retry_interval
             ):
                 continue
-            result = snapshot.schedule(snapshot.pod_info(pod))
-            if result.node_name is not None:
-                if self._bind(pod, result.node_name):
-                    snapshot.assume(result.pod, result.node_name)
-                    report.bound[key_of(pod)] = result.node_name
-                    self.last_unschedulable.pop(key_of(pod), None)
-                    self._parked.pop(uid, None)
-                continue
-            message = result.message or NO_NODES_AVAILABLE
+            signature = self._signature(pod)
+            message = failed.get(signature)
+            if message is None:
+                result = snapshot.schedule(snapshot.pod_info(pod), signature)
+                if result.node_name is not None:
+                    if self._bind(pod, result.node_name):
+                        snapshot.assume(result.pod, result.node_name)
+                        failed.clear()
+                        report.bound[key_of(pod)] = result.node_name
+                        self.last_unschedulable.pop(key_of(pod), None)
+                        self._parked.pop(uid, None)
+                    continue
+                message = failed[signature] = result.message or NO_NODES_AVAILABLE
             self.last_unschedulable[key_of(pod)] = message
             report.unschedulable[key_of(pod)] = message
             self._parked[uid] = (fingerprint, now)
             self._set_pod_scheduled_false(pod, "Unschedulable", message, now)
         return report
+
+    def _signature(self, pod: Obj) -> str:
+        """Everything of ``pod`` its filters read: namespace, labels and spec (its name and uid are not
+        read), remembered per resourceVersion."""
+        uid, version = uid_of(pod), str(meta(pod).get("resourceVersion") or "")
+        known = self._signatures.get(uid)
+        if known is not None and known[0] == version:
+            return known[1]
+        signature = json.dumps(
+            [namespace_of(pod), meta(pod).get("labels") or {}, pod.get("spec") or {}],
+            sort_keys=True,
+            default=str,
+        )
+        self._signatures[uid] = (version, signature)
+        return signature
 
     def _bind(self, pod: Obj, node_name: str) -> bool:
         body = {
