@@ -4,14 +4,10 @@ termination function when it deleted nodes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, cast
 
-import boto3
 import pytest
-from moto import mock_aws
-from serverless_karpenter.adapters import aws
 from serverless_karpenter.config import Settings
 from serverless_karpenter.disruption import usecases
 from serverless_karpenter.disruption.acting import CoalescedWake
@@ -42,17 +38,6 @@ def test_a_failing_wake_is_left_to_the_provisioners_schedule() -> None:
     wake = CoalescedWake(unreachable)
     wake({"reason": "disruption-replacements", "nodeclaims": ["a"]})
     wake.flush()  # logged, not raised: the provisioner's schedule runs within a minute anyway
-
-
-@pytest.fixture
-def sqs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.setenv(name, "testing")
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    aws.reset_sessions()
-    with mock_aws():
-        yield boto3.client("sqs", region_name="us-east-1")
-    aws.reset_sessions()
 
 
 def _plane(url: str) -> ControlPlane:

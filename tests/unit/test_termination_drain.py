@@ -4,15 +4,11 @@ hand-off to provisioning, replace-first, terminate then release; and the termina
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-import boto3
 import pytest
-from moto import mock_aws
-from serverless_karpenter.adapters import aws
 from serverless_karpenter.adapters.kubernetes import EvictionResult, KubernetesError
 from serverless_karpenter.api import labels as wk
 from serverless_karpenter.clock import ManualClock, to_rfc3339
@@ -454,17 +450,6 @@ def test_pods_on_deleting_nodes_are_what_provisioning_sees_as_pending() -> None:
         "elsewhere",
         "tolerant",
     ]
-
-
-@pytest.fixture
-def sqs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.setenv(name, "testing")
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    aws.reset_sessions()
-    with mock_aws():
-        yield boto3.client("sqs", region_name="us-east-1")
-    aws.reset_sessions()
 
 
 def test_unfinished_drains_requeue_a_delayed_message(sqs: Any) -> None:
