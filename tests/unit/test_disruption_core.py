@@ -17,6 +17,7 @@ from serverless_karpenter.disruption.candidates import (
     POD_EVENT_ANNOTATION,
     POD_SET_ANNOTATION,
     Blocker,
+    Candidate,
     Options,
     Snapshot,
     candidates,
@@ -205,6 +206,18 @@ def snapshot(
 
 
 OPTIONS = Options()
+
+
+def consolidatable_pair() -> tuple[Snapshot, list[Candidate]]:
+    """Two nodes of one pod each, the dearer one's pod fitting on the cheaper, under a 100% budget:
+    single-node consolidation deletes the dearer when it has the time."""
+    big, small = record("big", TYPES[1]), record("small", TYPES[0])
+    snap = snapshot(
+        [big, small],
+        [pod("p1", big, cpu="1"), pod("p2", small, cpu="500m")],
+        manifest=pool_manifest(budgets=[{"nodes": "100%"}]),
+    )
+    return snap, candidates(snap)[0]
 
 
 def kind(blocker: Blocker | None) -> str | None:

@@ -12,7 +12,7 @@ from serverless_karpenter.disruption.budgets import REASON_DRIFTED, REASON_EMPTY
 from serverless_karpenter.disruption.candidates import Options, candidates
 from serverless_karpenter.disruption.methods.types import Method
 
-from tests.unit.test_disruption_core import TYPES, pod, pool_manifest, record, snapshot
+from tests.unit.test_disruption_core import TYPES, consolidatable_pair, pod, pool_manifest, record, snapshot
 
 
 def test_the_methods_run_in_karpenters_order() -> None:
@@ -84,13 +84,7 @@ def fake_timer(*readings: float) -> Callable[[], float]:
 
 
 def test_the_consolidation_methods_run_on_the_timer_they_are_given() -> None:
-    big, small = record("big", TYPES[1]), record("small", TYPES[0])
-    snap = snapshot(
-        [big, small],
-        [pod("p1", big, cpu="1"), pod("p2", small, cpu="500m")],
-        manifest=pool_manifest(budgets=[{"nodes": "100%"}]),
-    )
-    pool = candidates(snap)[0]
+    snap, pool = consolidatable_pair()
     options = Options(single_node_timeout=timedelta(seconds=45))
 
     in_time: Method = m.SingleNodeConsolidation(timer=fake_timer(0.0))

@@ -10,19 +10,13 @@ from datetime import timedelta
 from serverless_karpenter.disruption import methods as m
 from serverless_karpenter.disruption.candidates import Options, candidates
 
-from tests.unit.test_disruption_core import TYPES, pod, pool_manifest, record, snapshot
+from tests.unit.test_disruption_core import TYPES, consolidatable_pair, pod, pool_manifest, record, snapshot
 
 SPENT = timedelta(seconds=-1)
 
 
 def test_single_node_out_of_time_decides_nothing_and_says_so() -> None:
-    big, small = record("big", TYPES[1]), record("small", TYPES[0])
-    snap = snapshot(
-        [big, small],
-        [pod("p1", big, cpu="1"), pod("p2", small, cpu="500m")],
-        manifest=pool_manifest(budgets=[{"nodes": "100%"}]),
-    )
-    pool = candidates(snap)[0]
+    snap, pool = consolidatable_pair()
     assert m.evaluate(snap, pool, Options(), methods=(m.SINGLE,)).command is not None
 
     evaluation = m.evaluate(snap, pool, Options(single_node_timeout=SPENT), methods=(m.SINGLE,))

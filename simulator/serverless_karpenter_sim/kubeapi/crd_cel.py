@@ -126,7 +126,9 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-@lru_cache(maxsize=65_536)
+# Bounded small: a value may be a whole object (a root rule's self), and what repeats is a burst's
+# identical values, a few per rule.
+@lru_cache(maxsize=4_096)
 def _evaluated(rule: CompiledRule, value_json: str, old_json: str | None) -> tuple[bool, str | None]:
     """(holds, None), or (False, the evaluation error's message)."""
     old = json.loads(old_json) if old_json is not None else None

@@ -149,7 +149,6 @@ def finish_replacement(
     plane: ControlPlane,
     snapshot: Snapshot,
     options: Options,
-    command_id: str,
     command: DisruptionCommand,
     records: list[NodeClaimRecord],
     run: DisruptionRun,

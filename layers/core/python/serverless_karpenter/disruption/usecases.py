@@ -265,7 +265,7 @@ def advance_commands(
             if validation_due(command, snapshot.now, options) <= timedelta(0):
                 validate(plane, snapshot, options, command_id, command, records, run, wake)
         elif command.replacing:
-            finish_replacement(plane, snapshot, options, command_id, command, records, run, wake)
+            finish_replacement(plane, snapshot, options, command, records, run, wake)
         if (len(run.executed), len(run.aborted), len(run.replacements)) != acted:
             snapshot = take_snapshot(plane, network=False)
 
